@@ -1,0 +1,34 @@
+"""One job: validate, then train or compute a worked example, recorded in one MLflow run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from omegaconf import DictConfig
+
+from runner.validate import validate
+
+
+def run_job(
+    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
+) -> dict[str, float]:
+    validate(cfg)  # before anything heavy is imported or any run is opened
+    from runner.tracking import recorded, start_run
+
+    with recorded(start_run(cfg, choices, overrides)) as run:
+        if cfg.mode == "example":
+            figures = example(cfg)
+        else:
+            from runner.training import train
+
+            figures = train(cfg, run)
+        run.log_metrics(figures)
+    return figures
+
+
+def example(cfg: DictConfig) -> dict[str, float]:
+    from hydra.utils import instantiate
+
+    from runner.worked_examples import EXAMPLES
+
+    return EXAMPLES[cfg.example.name](instantiate(cfg.model, _convert_="all"), cfg.example)

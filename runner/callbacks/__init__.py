@@ -1,0 +1,1 @@
+"""Lightning callbacks that time and count what really runs."""

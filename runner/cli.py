@@ -1,0 +1,75 @@
+"""`python -m runner`: Hydra's command line, with bad input reported in one line and exit code 2.
+
+Hydra prints its own multi-line errors and exits 1. The runner asks Hydra to raise instead
+(HYDRA_FULL_ERROR) and turns configuration errors into one line naming the key; anything else is a
+real failure and keeps its traceback. A user who sets HYDRA_FULL_ERROR gets Hydra's full trace.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.errors import HydraException, MissingConfigException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from runner.schema import register_configs
+from runner.validate import ConfigError
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+EXIT_BAD_INPUT = 2
+
+
+def task(cfg: DictConfig) -> dict[str, float]:
+    from hydra.core.hydra_config import HydraConfig
+
+    from runner.app import run_job
+
+    hc = HydraConfig.get()
+    return run_job(cfg, dict(hc.runtime.choices), list(hc.overrides.task))
+
+
+def one_line(error: BaseException) -> str:
+    """The key and the reason, from a Hydra or OmegaConf error, on one line."""
+    if isinstance(error, MissingConfigException) and error.options:
+        group = error.missing_cfg_file.rsplit("/", 1)[0] if error.missing_cfg_file else "option"
+        first = str(error).splitlines()[0].strip()
+        return f"{first}; available {group} options: {', '.join(sorted(error.options))}"
+    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else error
+    key = getattr(cause, "full_key", None)
+    message = str(cause).splitlines()[0].strip() if str(cause) else type(cause).__name__
+    context = str(error).splitlines()[0].strip() if cause is not error else ""
+    line = f"{key}: {message}" if key else message
+    return f"{line} ({context})" if context and context not in line else line
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD_INPUT)
+
+
+def end_open_sweep() -> None:
+    """A sweep that stopped part-way leaves its parent run FAILED, not RUNNING."""
+    tracking = sys.modules.get("runner.tracking")
+    if tracking is not None:
+        tracking.end_parent("FAILED")
+
+
+def main() -> None:
+    register_configs()
+    full_trace = "HYDRA_FULL_ERROR" in os.environ
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    entry = hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(task)
+    try:
+        entry()
+    except (ConfigError, HydraException, OmegaConfBaseException) as error:
+        end_open_sweep()
+        if full_trace and not isinstance(error, ConfigError):
+            raise
+        fail(str(error) if isinstance(error, ConfigError) else one_line(error))
+    except BaseException:
+        end_open_sweep()
+        raise

@@ -1,0 +1,34 @@
+"""The LightningModule: one plain model, one loss, one optimizer. No parallel code here either."""
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+from runner.losses import LOSSES
+
+
+class TrainModule(pl.LightningModule):
+    def __init__(self, model: nn.Module, loss: str, optimizer: str, lr: float, weight_decay: float):
+        super().__init__()
+        self.model = model
+        self.loss_fn = LOSSES[loss]
+        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
+        x, y = batch
+        loss = self.loss_fn(self.model(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> None:
+        x, y = batch
+        self.log("val_loss", self.loss_fn(self.model(x), y), on_epoch=True, prog_bar=True)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        params, wd = self.model.parameters(), self.weight_decay
+        if self.optimizer_name == "sgd":
+            return torch.optim.SGD(params, lr=self.lr, weight_decay=wd)
+        return torch.optim.AdamW(params, lr=self.lr, weight_decay=wd)

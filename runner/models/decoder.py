@@ -1,0 +1,101 @@
+"""A decoder-only transformer as the seed draws it (chapter on GPT), in nanoGPT's plain style.
+
+Token embedding + fixed sinusoidal positions -> n_layers x [causal multi-head self-attention,
+Add & Normalize, FFN (4x, ReLU), Add & Normalize] -> logits through the tied embedding matrix.
+The softmax is left to the loss (cross-entropy), which applies it.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def sinusoidal_positions(context_len: int, d_model: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...): fixed, never trained."""
+    pos = torch.arange(context_len, dtype=torch.float32).unsqueeze(1)
+    freq = torch.exp(
+        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model
+    )
+    pe = torch.zeros(context_len, d_model)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        # Separate Q, K, V and output projections: tensor parallelism splits each its own way.
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+        self.head_dim = d_model // n_heads
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        # -1 heads: under tensor parallelism a rank holds only its share of the heads.
+        q, k, v = (
+            proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, 4 * d_model)
+        self.down = nn.Linear(4 * d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.down(F.relu(self.up(x))))
+
+
+class Block(nn.Module):
+    """Post-norm, as the seed's "Add & Normalize" after each sub-layer."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.ffn = FeedForward(d_model, dropout)
+        self.norm2 = nn.LayerNorm(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.ffn(x))
+
+
+class Decoder(nn.Module):
+    def __init__(
+        self,
+        vocab_size: int,
+        context_len: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.register_buffer("pos", sinusoidal_positions(context_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        # Tied output layer: with std d^-1/2, logits start near unit scale (Vaswani et al.).
+        nn.init.normal_(self.embed.weight, std=d_model**-0.5)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        t = tokens.shape[1]
+        x = self.embed(tokens) * math.sqrt(self.d_model) + self.pos[:t]
+        x = self.dropout(x)
+        for block in self.blocks:
+            x = block(x)
+        return x @ self.embed.weight.T  # logits, (batch, time, vocab)

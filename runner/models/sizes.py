@@ -1,0 +1,45 @@
+"""Parameter counts from a model config, without building anything (used before launch).
+
+The tests check each formula against the module really built (on the meta device for GPT-3).
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def decoder_params(cfg: Mapping[str, Any]) -> dict[str, int]:
+    d, layers, vocab = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
+    attention = 4 * (d * d + d)  # Q, K, V, output projections with biases
+    ffn = 2 * 4 * d * d + 4 * d + d  # up (d -> 4d) and down (4d -> d) with biases
+    norm = 2 * 2 * d  # two LayerNorms, weight and bias
+    return {
+        "embedding": vocab * d,  # tied: the output layer reuses it
+        "attention": layers * attention,
+        "ffn": layers * ffn,
+        "norm": layers * norm,
+    }
+
+
+def ffnn_params(cfg: Mapping[str, Any]) -> int:
+    widths = [cfg["in_features"], *cfg["hidden"], cfg["out_features"]]
+    return sum(n_in * n_out + n_out for n_in, n_out in zip(widths[:-1], widths[1:], strict=True))
+
+
+def neuron_params(cfg: Mapping[str, Any]) -> int:
+    return cfg["n_inputs"] + 1  # one weight per input and the bias weight
+
+
+def param_count(model_cfg: Mapping[str, Any]) -> int | None:
+    """Trainable parameters of a config whose `_target_` is one of ours; None for any other."""
+    count = COUNTERS.get(model_cfg.get("_target_", ""))
+    if count is None:
+        return None
+    total = count(model_cfg)
+    return sum(total.values()) if isinstance(total, dict) else total
+
+
+COUNTERS = {
+    "runner.models.neuron.Neuron": neuron_params,
+    "runner.models.ffnn.FFNN": ffnn_params,
+    "runner.models.decoder.Decoder": decoder_params,
+}

@@ -1,0 +1,140 @@
+"""Dataclass schemas of every config group, registered with Hydra's ConfigStore.
+
+Each YAML option names its schema first in its defaults list, so a wrong type or an unknown key
+fails at composition time, before anything is imported or launched. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+# --- model: constructor arguments of a plain torch module, built with hydra's instantiate ---
+@dataclass
+class NeuronConfig:
+    _target_: str = "runner.models.neuron.Neuron"
+    n_inputs: int = MISSING
+    activation: str = "sigmoid"  # sigmoid | relu
+
+
+@dataclass
+class FFNNConfig:
+    _target_: str = "runner.models.ffnn.FFNN"
+    in_features: int = MISSING
+    hidden: list[int] = field(default_factory=lambda: [64, 32])
+    out_features: int = MISSING
+    activation: str = "relu"  # relu | sigmoid | tanh
+    output_activation: str = "none"  # none | relu | sigmoid
+
+
+@dataclass
+class DecoderConfig:
+    _target_: str = "runner.models.decoder.Decoder"
+    vocab_size: int = MISSING
+    context_len: int = 64
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    dropout: float = 0.0
+
+
+# --- data: where samples come from, how they are batched, and the loss that fits them ---
+@dataclass
+class DataConfig:
+    _target_: str = MISSING  # a function returning runner.data.Splits
+    batch_size: int = 32  # the global batch: every layout splits this one
+    val_fraction: float = 0.1
+    loss: str = MISSING  # mse | half_mse | bce | cross_entropy
+    n_features: int = 0  # input width, for models that take vectors
+    n_outputs: int = 0  # output width (classes, or 1 for a regression/binary target)
+
+
+@dataclass
+class TextDataConfig(DataConfig):
+    _target_: str = "runner.data.text.load_text"
+    loss: str = "cross_entropy"
+    vocab_size: int = 2048
+    seq_len: int = 64
+    cache_dir: str = "${oc.env:XDG_CACHE_HOME,${oc.env:HOME}/.cache}/parallel-runner"
+
+
+# --- parallel layout, hardware, trainer, logger ---
+@dataclass
+class ParallelConfig:
+    name: str = "none"
+
+
+@dataclass
+class HardwareConfig:
+    accelerator: str = "cpu"  # cpu | gpu
+    devices: int = 1  # processes (one per device) on this node
+    threads_per_rank: int | None = None  # None: cores / ranks
+    memory_gib: float | None = None  # None: read from this host
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = 200
+    optimizer: str = "adamw"  # adamw | sgd
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    val_every_n_steps: int = 50
+    val_batches: int = 8  # batches per validation, 0 for none
+    warmup_steps: int = 5  # steps left out of step time and throughput
+    progress_bar: bool = True
+
+
+@dataclass
+class LoggerConfig:
+    tracking_uri: str = "${oc.env:MLFLOW_TRACKING_URI,sqlite:///mlflow.db}"
+    experiment_name: str = "runner"
+    run_name: str | None = None  # None: built from the model, layout and overrides
+
+
+@dataclass
+class ExampleConfig:
+    """A worked example of the seed, computed by the real model with autograd."""
+
+    name: str = MISSING  # neuron | backprop
+    inputs: list[float] = MISSING
+    target: float | None = None
+    lr: float | None = None
+    shifted_bias: float | None = None
+    # One {weight, bias} per Linear layer, in order: the seed's initial weights.
+    weights: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    model: Any = MISSING
+    data: Any = MISSING
+    parallel: ParallelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 0
+    mode: str = "train"  # train | example
+    example: ExampleConfig | None = None
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "model": {"neuron": NeuronConfig, "ffnn": FFNNConfig, "decoder": DecoderConfig},
+    "data": {"tabular": DataConfig, "text": TextDataConfig},
+    "parallel": {"parallel": ParallelConfig},
+    "hardware": {"hardware": HardwareConfig},
+    "trainer": {"trainer": TrainerConfig},
+    "logger": {"logger": LoggerConfig},
+}
+
+
+def register_configs() -> None:
+    """Store every schema as `<group>/<name>_schema`, and the root as `config_schema`."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=group, name=f"{name}_schema", node=node)

@@ -1,0 +1,145 @@
+"""MLflow records: the runner owns each run (creates it, names it, ends it) through MlflowClient.
+
+A run ends FINISHED only when its job returned; any exception, Ctrl-C included, ends it FAILED and
+keeps whatever was logged before. Sweeps get one parent run (plugins/mlflow_sweep.py) whose id
+reaches the jobs through an environment variable, so that any launcher that inherits the
+environment nests its children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+from omegaconf import DictConfig, OmegaConf
+
+PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
+NESTED_TAG = "mlflow.parentRunId"  # what the MLflow UI nests children by
+
+
+@dataclass
+class Run:
+    client: MlflowClient
+    run_id: str
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        now = _now_ms()
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        for i in range(0, len(batch), MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=batch[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+
+    def end(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:  # another job of a sweep created it first
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def flatten(cfg: DictConfig) -> dict[str, str]:
+    """The resolved config as `a.b.c` -> value strings, MLflow's params."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            out[prefix[:-1]] = str(node)[:MAX_PARAM_VAL_LENGTH]
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+def run_name(choices: Mapping[str, str | None], parallel: str, overrides: list[str]) -> str:
+    """What the run is, readable in a list: model (or experiment), layout, the other overrides."""
+    named = ("model=", "parallel=", "+experiment=", "experiment=")
+    head = choices.get("experiment") or choices["model"]
+    rest = [o for o in overrides if not o.startswith(named)]
+    return " ".join([f"{head} {parallel}", *rest])[:250]
+
+
+def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int) -> dict[str, str]:
+    tags = {
+        "model": choices["model"],
+        "data": choices.get("data"),
+        "parallel": cfg.parallel.name,
+        "hardware": choices["hardware"],
+        "world_size": str(world_size),
+        "mode": cfg.mode,
+    }
+    if choices.get("experiment"):
+        tags["experiment"] = choices["experiment"]
+    if os.environ.get(PARENT_RUN_ENV):
+        tags[NESTED_TAG] = os.environ[PARENT_RUN_ENV]
+    return {k: v for k, v in tags.items() if v is not None}
+
+
+def start_run(
+    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str], world_size: int = 1
+) -> Run:
+    client = MlflowClient(cfg.logger.tracking_uri)
+    name = cfg.logger.run_name or run_name(choices, cfg.parallel.name, overrides)
+    exp = experiment_id(client, cfg.logger.experiment_name)
+    run = Run(
+        client,
+        client.create_run(exp, run_name=name, tags=run_tags(cfg, choices, world_size)).info.run_id,
+    )
+    params = [Param(k, v) for k, v in flatten(cfg).items()]
+    for i in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
+        client.log_batch(run.run_id, params=params[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+    client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    client.log_text(run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml")
+    return run
+
+
+@contextlib.contextmanager
+def recorded(run: Run) -> Iterator[Run]:
+    """End the run FINISHED if the body returns, FAILED on any exception (Ctrl-C too)."""
+    try:
+        yield run
+    except BaseException:
+        run.end("FAILED")
+        raise
+    run.end("FINISHED")
+
+
+_parent: Run | None = None  # the sweep's parent run, while this process has one open
+
+
+def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
+    global _parent
+    client = MlflowClient(tracking_uri)
+    exp = experiment_id(client, experiment_name)
+    created = client.create_run(exp, run_name=name, tags={"mode": "sweep"})
+    _parent = Run(client, created.info.run_id)
+    os.environ[PARENT_RUN_ENV] = _parent.run_id
+    return _parent
+
+
+def end_parent(status: str) -> None:
+    """End the sweep's parent run if this process opened one that is still open."""
+    global _parent
+    if _parent is not None:
+        _parent.end(status)
+        _parent = None
+        os.environ.pop(PARENT_RUN_ENV, None)

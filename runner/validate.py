@@ -1,0 +1,159 @@
+"""Semantic checks on a composed config, before any process starts or anything heavy is imported.
+
+Types and unknown keys are already refused by the schemas; these are the rules that span fields.
+Each failure is one ConfigError naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from omegaconf import DictConfig
+
+from runner.models.sizes import param_count
+
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
+LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
+OPTIMIZERS = ("adamw", "sgd")
+MODES = ("train", "example")
+EXAMPLES = ("neuron", "backprop")
+BYTES_PER_PARAM_TRAINING = 16  # fp32 weights, gradients and two Adam moments
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+def require(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(key, message)
+
+
+def one_of(value: object, key: str, allowed: tuple[str, ...]) -> None:
+    require(value in allowed, key, f"'{value}' is not one of: {', '.join(allowed)}")
+
+
+def positive(cfg: DictConfig, prefix: str, *names: str) -> None:
+    for name in names:
+        value = cfg[name]
+        require(value > 0, f"{prefix}.{name}", f"must be positive, got {value}")
+
+
+def check_neuron(m: DictConfig, cfg: DictConfig) -> None:
+    positive(m, "model", "n_inputs")
+    one_of(m.activation, "model.activation", ACTIVATIONS[:-1])
+
+
+def check_ffnn(m: DictConfig, cfg: DictConfig) -> None:
+    positive(m, "model", "in_features", "out_features")
+    for i, width in enumerate(m.hidden):
+        require(width > 0, f"model.hidden[{i}]", f"must be positive, got {width}")
+    one_of(m.activation, "model.activation", ACTIVATIONS)
+    one_of(m.output_activation, "model.output_activation", ACTIVATIONS)
+
+
+def check_decoder(m: DictConfig, cfg: DictConfig) -> None:
+    positive(m, "model", "vocab_size", "context_len", "d_model", "n_heads", "n_layers")
+    require(
+        m.d_model % m.n_heads == 0,
+        "model.d_model",
+        f"{m.d_model} must be divisible by model.n_heads={m.n_heads}",
+    )
+    require(
+        m.d_model % 2 == 0, "model.d_model", f"must be even for sin/cos positions, got {m.d_model}"
+    )
+    require(0 <= m.dropout < 1, "model.dropout", f"must be in [0, 1), got {m.dropout}")
+    seq_len = cfg.data.get("seq_len")
+    if seq_len is not None:
+        require(
+            0 < seq_len <= m.context_len,
+            "data.seq_len",
+            f"must be in 1..model.context_len={m.context_len}, got {seq_len}",
+        )
+
+
+MODEL_CHECKS: dict[str, Callable[[DictConfig, DictConfig], None]] = {
+    "runner.models.neuron.Neuron": check_neuron,
+    "runner.models.ffnn.FFNN": check_ffnn,
+    "runner.models.decoder.Decoder": check_decoder,
+}
+
+
+def output_activation(m: DictConfig) -> str | None:
+    return m.get("output_activation", m.get("activation"))
+
+
+def check_data(cfg: DictConfig) -> None:
+    positive(cfg.data, "data", "batch_size")
+    require(0 <= cfg.data.val_fraction < 1, "data.val_fraction", "must be in [0, 1)")
+    one_of(cfg.data.loss, "data.loss", LOSSES)
+    if cfg.data.loss == "bce":
+        act = output_activation(cfg.model)
+        require(
+            act == "sigmoid", "data.loss", f"bce needs a sigmoid output, the model ends in '{act}'"
+        )
+
+
+def check_trainer(t: DictConfig) -> None:
+    positive(t, "trainer", "max_steps", "lr", "val_every_n_steps")
+    one_of(t.optimizer, "trainer.optimizer", OPTIMIZERS)
+    require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
+    require(
+        0 <= t.warmup_steps < t.max_steps,
+        "trainer.warmup_steps",
+        f"must be in 0..trainer.max_steps-1 (timing needs steps after it), got {t.warmup_steps}",
+    )
+
+
+def host_memory_gib() -> float:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
+def check_fits(cfg: DictConfig) -> None:
+    """Refuse to train what cannot fit: GPT-3 is for mode=plan, on the meta device."""
+    params = param_count(cfg.model)
+    if params is None:
+        return
+    need = params * BYTES_PER_PARAM_TRAINING / 2**30 / cfg.hardware.devices
+    have = cfg.hardware.memory_gib or host_memory_gib()
+    require(
+        need <= have,
+        "model",
+        f"{params / 1e9:.1f} B parameters need {need:,.0f} GiB per device to train "
+        f"(weights, gradients, Adam state); hardware has {have:,.0f} GiB. Choose a smaller model.",
+    )
+
+
+def check_hardware(cfg: DictConfig) -> None:
+    positive(cfg.hardware, "hardware", "devices")
+    one_of(cfg.hardware.accelerator, "hardware.accelerator", ("cpu", "gpu"))
+    threads = cfg.hardware.threads_per_rank
+    require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
+    if cfg.parallel.name == "none":
+        require(
+            cfg.hardware.devices == 1,
+            "hardware.devices",
+            f"parallel=none runs on 1 device, got {cfg.hardware.devices}",
+        )
+
+
+def check_example(cfg: DictConfig) -> None:
+    require(cfg.example is not None, "example", "mode=example needs an example (see experiments/)")
+    one_of(cfg.example.name, "example.name", EXAMPLES)
+
+
+def validate(cfg: DictConfig) -> None:
+    one_of(cfg.mode, "mode", MODES)
+    check = MODEL_CHECKS.get(cfg.model.get("_target_", ""))
+    if check is not None:
+        check(cfg.model, cfg)
+    check_data(cfg)
+    check_trainer(cfg.trainer)
+    check_hardware(cfg)
+    if cfg.mode == "example":
+        check_example(cfg)
+    else:
+        check_fits(cfg)
