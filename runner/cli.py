@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.errors import HydraException, MissingConfigException
@@ -29,15 +30,19 @@ def task(cfg: DictConfig) -> dict[str, float]:
     from runner.app import run_job
 
     hc = HydraConfig.get()
-    return run_job(cfg, dict(hc.runtime.choices), list(hc.overrides.task))
+    try:
+        return run_job(cfg, dict(hc.runtime.choices), list(hc.overrides.task))
+    except ConfigError as error:
+        # SystemExit passes Hydra's job wrapper, which would print its own lines for an Exception.
+        fail(str(error))
 
 
 def one_line(error: BaseException) -> str:
     """The key and the reason, from a Hydra or OmegaConf error, on one line."""
     if isinstance(error, MissingConfigException) and error.options:
-        group = error.missing_cfg_file.rsplit("/", 1)[0] if error.missing_cfg_file else "option"
-        first = str(error).splitlines()[0].strip()
-        return f"{first}; available {group} options: {', '.join(sorted(error.options))}"
+        group, _, name = (error.missing_cfg_file or "option/?").rpartition("/")
+        options = sorted(o for o in error.options if not o.endswith("_schema"))
+        return f"{group}={name}: no such option; available: {', '.join(options)}"
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else error
     key = getattr(cause, "full_key", None)
     message = str(cause).splitlines()[0].strip() if str(cause) else type(cause).__name__
@@ -46,7 +51,7 @@ def one_line(error: BaseException) -> str:
     return f"{line} ({context})" if context and context not in line else line
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
 
@@ -65,11 +70,11 @@ def main() -> None:
     entry = hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(task)
     try:
         entry()
-    except (ConfigError, HydraException, OmegaConfBaseException) as error:
+    except (HydraException, OmegaConfBaseException) as error:
         end_open_sweep()
-        if full_trace and not isinstance(error, ConfigError):
+        if full_trace:
             raise
-        fail(str(error) if isinstance(error, ConfigError) else one_line(error))
+        fail(one_line(error))
     except BaseException:
         end_open_sweep()
         raise

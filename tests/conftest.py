@@ -1,0 +1,79 @@
+"""Shared fixtures: configs composed in-process, a fresh MLflow store per test, the CLI as users run it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from mlflow import MlflowClient
+from omegaconf import DictConfig, open_dict
+
+from runner.cli import CONF_DIR
+from runner.schema import register_configs
+
+register_configs()
+
+# Small, quick settings for tests that train: the defaults are sized for a one-minute demo.
+QUICK = ["trainer.progress_bar=false", "trainer.warmup_steps=2", "trainer.val_every_n_steps=10"]
+
+
+def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str | None]]:
+    """The job config and the group choices, as Hydra hands them to a job."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite store with its tables made once: creating them costs seconds."""
+    path = tmp_path_factory.mktemp("template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def store(tmp_path: Path, empty_store: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh store in a fresh working directory, reached through MLFLOW_TRACKING_URI.
+
+    The URI is absolute: MLflow caches one database engine per URI string in a process.
+    """
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m runner ARGS` in cwd, as a user types it."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def all_runs(tracking_uri: str) -> list:
+    client = MlflowClient(tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments) if experiments else []
+
+
+def loss_series(tracking_uri: str, run_id: str, key: str = "train_loss") -> list[float]:
+    history = MlflowClient(tracking_uri).get_metric_history(run_id, key)
+    return [m.value for m in sorted(history, key=lambda m: m.step)]

@@ -1,0 +1,99 @@
+"""The command line as users type it: the seed's examples, a sweep, and bad input."""
+
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import QUICK, all_runs, run_cli
+
+SEED_NEURON = {
+    "z": 4.8,
+    "y_hat": 0.992,
+    "z_shifted": 0.5,
+    "y_hat_shifted": 0.622,
+    "y_hat_relu": 4.8,
+}
+SEED_BACKPROP = {
+    "y_hat": 1.7,
+    "loss": 0.245,
+    "dloss_dyhat": 0.7,
+    "error_term_b": 0.7,
+    "error_term_a": 0.28,
+    "grad_w_a1": 0.84,
+    "grad_w_b1": 2.1,
+    "w_a1_new": 0.058,
+    "w_b1_new": 0.295,
+}
+
+
+def runs_by_name(uri: str) -> dict:
+    return {r.info.run_name: r for r in all_runs(uri)}
+
+
+def assert_nothing_running(uri: str) -> None:
+    assert [r.info.run_name for r in all_runs(uri) if r.info.status == "RUNNING"] == []
+
+
+def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path) -> None:
+    done = run_cli("-m", "+experiment=seed_neuron,seed_backprop", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = runs_by_name(uri)
+    neuron, backprop = runs["seed_neuron none"], runs["seed_backprop none"]
+    for run, expected in ((neuron, SEED_NEURON), (backprop, SEED_BACKPROP)):
+        assert {k: round(run.data.metrics[k], 3) for k in expected} == expected
+        assert run.data.tags["mode"] == "example"
+    assert backprop.data.metrics["loss_after"] < backprop.data.metrics["loss"]
+    assert round(backprop.data.metrics["loss_after"], 3) == 0.007  # the seed's second MSE
+
+
+def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> None:
+    done = run_cli("-m", "model=neuron,ffnn,decoder", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = all_runs(uri)
+    (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
+    children = [r for r in runs if r is not parent]
+    assert sorted(r.data.tags["model"] for r in children) == ["decoder", "ffnn", "neuron"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert all(
+        len(MlflowClient(uri).get_metric_history(r.info.run_id, "train_loss")) == 8
+        for r in children
+    )
+
+
+BAD = [
+    (["model.n_layers=abc"], "model.n_layers"),
+    (["model.nope=1"], "model.nope"),
+    (["model=resnet"], "decoder, ffnn, gpt3_175b, neuron"),
+    (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
+    (["data.batch_size=-4"], "data.batch_size"),
+    (["model=gpt3_175b"], "model"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "named"), BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_input_fails_at_once_in_one_line(
+    tmp_path: Path, overrides: list[str], named: str
+) -> None:
+    done = run_cli(*overrides, cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and named in lines[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # no run was opened, so none is left RUNNING
+
+
+def test_a_sweep_with_a_bad_job_leaves_no_run_running(tmp_path: Path) -> None:
+    done = run_cli(
+        "-m", "model=neuron", "data.batch_size=16,0", "trainer.max_steps=4", *QUICK, cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == "error: data.batch_size: must be positive, got 0"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    statuses = {r.data.tags.get("mode"): r.info.status for r in all_runs(uri)}
+    assert statuses == {"sweep": "FAILED", "train": "FINISHED"}
+    assert_nothing_running(uri)

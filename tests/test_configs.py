@@ -1,0 +1,120 @@
+"""Every option of every config group composes, resolves and validates; overrides reach fields."""
+
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from runner import losses, validate
+from runner.cli import CONF_DIR
+from runner.models import activations
+from tests.conftest import compose_job
+
+# A model whose data the option fits, for groups where the default model would not.
+DATA_MODEL = {"digits": "ffnn", "breast_cancer": "neuron", "text": "decoder"}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+
+
+GROUPS = ["model", "data", "parallel", "hardware", "trainer", "logger", "experiment"]
+CASES = [(group, option) for group in GROUPS for option in options(group)]
+
+
+def test_every_group_has_options() -> None:
+    assert all(options(group) for group in GROUPS)
+
+
+@pytest.mark.parametrize(("group", "option"), CASES, ids=[f"{g}={o}" for g, o in CASES])
+def test_option_composes_and_validates(group: str, option: str) -> None:
+    overrides = [f"+{group}={option}" if group == "experiment" else f"{group}={option}"]
+    if group == "data":
+        overrides.append(f"model={DATA_MODEL[option]}")
+    cfg, choices = compose_job(*overrides)
+    assert choices[group] == option
+    OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
+    if option == "gpt3_175b":  # plan-only: refused for training, by name
+        with pytest.raises(validate.ConfigError) as refused:
+            validate.validate(cfg)
+        assert refused.value.key == "model"
+    else:
+        validate.validate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "n_in"), [("neuron", "breast_cancer", 30), ("ffnn", "digits", 64)]
+)
+def test_each_model_picks_its_data(model: str, data: str, n_in: int) -> None:
+    cfg, choices = compose_job(f"model={model}")
+    assert choices["data"] == data
+    assert cfg.data.n_features == n_in
+
+
+def test_decoder_takes_vocab_and_context_from_its_data() -> None:
+    cfg, choices = compose_job("model.context_len=32", "data.vocab_size=512")
+    assert choices["data"] == "text"
+    assert (cfg.model.vocab_size, cfg.data.seq_len) == (512, 32)
+
+
+def test_data_choice_overrides_the_models_default() -> None:
+    cfg, choices = compose_job("model=ffnn", "data=breast_cancer")
+    assert choices["data"] == "breast_cancer"
+    assert (cfg.model.in_features, cfg.model.out_features) == (30, 1)
+
+
+def test_overrides_reach_any_field() -> None:
+    cfg, _ = compose_job("model.n_layers=4", "trainer.max_steps=50", "seed=7")
+    assert (cfg.model.n_layers, cfg.trainer.max_steps, cfg.seed) == (4, 50, 7)
+
+
+def test_gpt3_preset_is_the_seeds_model() -> None:
+    cfg, _ = compose_job("model=gpt3_175b")
+    m = cfg.model
+    assert (m.n_layers, m.d_model, m.n_heads, m.context_len, m.vocab_size) == (
+        96,
+        12288,
+        96,
+        2048,
+        50000,
+    )
+
+
+def test_tracking_uri_defaults_to_sqlite_and_follows_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert compose_job()[0].logger.tracking_uri == "sqlite:///mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert compose_job()[0].logger.tracking_uri == "http://127.0.0.1:5999"
+
+
+@pytest.mark.parametrize("override", ["model.n_layers=abc", "model.nope=1", "trainer.lr=fast"])
+def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
+    with pytest.raises(ConfigCompositionException):
+        compose_job(override)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
+        (["data.batch_size=0"], "data.batch_size"),
+        (["trainer.optimizer=rmsprop"], "trainer.optimizer"),
+        (["trainer.warmup_steps=10", "trainer.max_steps=10"], "trainer.warmup_steps"),
+        (["model=ffnn", "model.hidden=[8,0]"], "model.hidden[1]"),
+        (["model=neuron", "model.activation=relu"], "data.loss"),
+        (["data.seq_len=128"], "data.seq_len"),
+        (["hardware.devices=2"], "hardware.devices"),
+        (["mode=example"], "example"),
+    ],
+)
+def test_semantic_errors_name_the_key(overrides: list[str], key: str) -> None:
+    cfg, _ = compose_job(*overrides)
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == key
+
+
+def test_names_the_validator_allows_are_the_ones_that_exist() -> None:
+    assert set(validate.ACTIVATIONS) == set(activations.ACTIVATIONS)
+    assert set(validate.LOSSES) == set(losses.LOSSES)

@@ -1,0 +1,88 @@
+"""Short trainings of each model, recorded in MLflow and read back with MlflowClient."""
+
+import math
+from statistics import fmean
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from runner.app import run_job
+from runner.lit_module import TrainModule
+from tests.conftest import QUICK, all_runs, compose_job, loss_series
+
+STEPS = {"neuron": 40, "ffnn": 40, "decoder": 30}
+# The loss of a guess that knows nothing: uniform over 2 classes, 10 digits, 2,048 tokens.
+CHANCE = {"neuron": math.log(2), "ffnn": math.log(10), "decoder": math.log(2048)}
+
+
+def train(*overrides: str) -> str:
+    """Run one job in-process as the CLI would; return its MLflow run id."""
+    cfg, choices = compose_job(*QUICK, *overrides)
+    before = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)}
+    run_job(cfg, choices, list(overrides))
+    (new,) = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)} - before
+    return new
+
+
+@pytest.mark.parametrize("model", list(STEPS))
+def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
+    overrides = [f"model={model}", f"trainer.max_steps={STEPS[model]}"]
+    run_id = train(*overrides)
+    run = MlflowClient(store).get_run(run_id)
+    losses = loss_series(store, run_id)
+    assert len(losses) == STEPS[model]
+    assert fmean(losses[-5:]) < min(fmean(losses[:5]), CHANCE[model]) - 0.1
+    assert run.info.status == "FINISHED"
+    assert {
+        k: run.data.tags[k] for k in ("model", "parallel", "hardware", "world_size", "mode")
+    } == {
+        "model": model,
+        "parallel": "none",
+        "hardware": "cpu",
+        "world_size": "1",
+        "mode": "train",
+    }
+    assert run.info.run_name.startswith(f"{model} none")
+    assert f"trainer.max_steps={STEPS[model]}" in run.info.run_name
+    assert run.data.params["trainer.max_steps"] == str(STEPS[model])
+    assert "val_loss" in run.data.metrics
+    assert run.data.metrics["step_time_s"] > 0
+    assert run.data.metrics["throughput_samples_per_s"] == pytest.approx(
+        int(run.data.params["data.batch_size"]) / run.data.metrics["step_time_s"]
+    )
+    assert ("throughput_tokens_per_s" in run.data.metrics) == (model == "decoder")
+
+
+def test_artifacts_hold_the_resolved_config_and_the_overrides(store: str) -> None:
+    run_id = train("model=ffnn", "trainer.max_steps=12")
+    client = MlflowClient(store)
+    config = yaml.safe_load(open(client.download_artifacts(run_id, "config.yaml")))
+    overrides = yaml.safe_load(open(client.download_artifacts(run_id, "overrides.yaml")))
+    assert config["model"]["in_features"] == 64  # resolved, not ${data.n_features}
+    assert overrides == ["model=ffnn", "trainer.max_steps=12"]
+
+
+def test_the_same_seed_gives_the_same_loss_series(store: str) -> None:
+    first, again, other = (
+        train("model=ffnn", "trainer.max_steps=15", f"seed={s}") for s in (3, 3, 4)
+    )
+    assert loss_series(store, first) == loss_series(store, again)
+    assert loss_series(store, first) != loss_series(store, other)
+
+
+def test_a_failure_mid_run_marks_it_failed_and_keeps_what_was_logged(store, monkeypatch) -> None:
+    step = TrainModule.training_step
+
+    def crash_at_step_5(self, batch, index):
+        if self.global_step == 5:
+            raise RuntimeError("injected")
+        return step(self, batch, index)
+
+    monkeypatch.setattr(TrainModule, "training_step", crash_at_step_5)
+    cfg, choices = compose_job(*QUICK, "model=ffnn", "trainer.max_steps=20")
+    with pytest.raises(RuntimeError, match="injected"):
+        run_job(cfg, choices, [])
+    (run,) = all_runs(store)
+    assert run.info.status == "FAILED"
+    assert len(loss_series(store, run.info.run_id)) == 5
