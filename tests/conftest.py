@@ -1,4 +1,4 @@
-"""Shared fixtures: configs composed in-process, a fresh MLflow store per test, the CLI as users run it."""
+"""Shared fixtures: configs composed in-process, a fresh MLflow store per test, the CLI."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Short trainings of each model, recorded in MLflow and read back with MlflowClient."""
 
 import math
+from pathlib import Path
 from statistics import fmean
 
 import pytest
@@ -57,8 +58,8 @@ def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
 def test_artifacts_hold_the_resolved_config_and_the_overrides(store: str) -> None:
     run_id = train("model=ffnn", "trainer.max_steps=12")
     client = MlflowClient(store)
-    config = yaml.safe_load(open(client.download_artifacts(run_id, "config.yaml")))
-    overrides = yaml.safe_load(open(client.download_artifacts(run_id, "overrides.yaml")))
+    config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml")).read_text())
+    overrides = yaml.safe_load(Path(client.download_artifacts(run_id, "overrides.yaml")).read_text())
     assert config["model"]["in_features"] == 64  # resolved, not ${data.n_features}
     assert overrides == ["model=ffnn", "trainer.max_steps=12"]
 
