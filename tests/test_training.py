@@ -58,8 +58,10 @@ def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
 def test_artifacts_hold_the_resolved_config_and_the_overrides(store: str) -> None:
     run_id = train("model=ffnn", "trainer.max_steps=12")
     client = MlflowClient(store)
-    config = yaml.safe_load(Path(client.download_artifacts(run_id, "config.yaml")).read_text())
-    overrides = yaml.safe_load(Path(client.download_artifacts(run_id, "overrides.yaml")).read_text())
+    config, overrides = (
+        yaml.safe_load(Path(client.download_artifacts(run_id, name)).read_text())
+        for name in ("config.yaml", "overrides.yaml")
+    )
     assert config["model"]["in_features"] == 64  # resolved, not ${data.n_features}
     assert overrides == ["model=ffnn", "trainer.max_steps=12"]
 
