@@ -63,17 +63,17 @@ def token_ids(vocab_size: int, cache_dir: str) -> torch.Tensor:
 
 
 class TokenBlocks(Dataset):
-    """Non-overlapping windows of seq_len + 1 tokens: input ids and the next-token targets."""
+    """Windows of seq_len + 1 tokens (input ids and next-token targets), chosen by block index."""
 
-    def __init__(self, ids: torch.Tensor, seq_len: int) -> None:
-        n = (len(ids) - 1) // seq_len
-        self.ids, self.seq_len, self.n = ids.long(), seq_len, n
+    def __init__(self, ids: torch.Tensor, seq_len: int, blocks: list[int]) -> None:
+        self.ids, self.seq_len, self.blocks = ids.long(), seq_len, blocks
 
     def __len__(self) -> int:
-        return self.n
+        return len(self.blocks)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = self.ids[i * self.seq_len : (i + 1) * self.seq_len + 1]
+        start = self.blocks[i] * self.seq_len
+        chunk = self.ids[start : start + self.seq_len + 1]
         return chunk[:-1], chunk[1:]
 
 
@@ -81,5 +81,10 @@ def load_text(
     vocab_size: int, seq_len: int, cache_dir: str, val_fraction: float = 0.1, **_: object
 ) -> Splits:
     ids = token_ids(vocab_size, cache_dir)
-    cut = int(len(ids) * (1 - val_fraction))  # the tail is held out: no window spans both
-    return Splits(TokenBlocks(ids[:cut], seq_len), TokenBlocks(ids[cut:], seq_len), seq_len)
+    n_blocks = (len(ids) - 1) // seq_len
+    # Every k-th block is held out: spread over all topics, so validation measures the same
+    # English the model trains on rather than the alphabetically last topics.
+    k = round(1 / val_fraction) if val_fraction > 0 else n_blocks + 1
+    val = [b for b in range(n_blocks) if b % k == k - 1]
+    train = [b for b in range(n_blocks) if b % k != k - 1]
+    return Splits(TokenBlocks(ids, seq_len, train), TokenBlocks(ids, seq_len, val), seq_len)
