@@ -13,16 +13,15 @@ def run_job(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, float]:
     validate(cfg)  # before anything heavy is imported or any run is opened
+    if cfg.mode == "train":
+        from runner.launch import run
+
+        return run(cfg, choices, overrides)
     from runner.tracking import recorded, start_run
 
-    with recorded(start_run(cfg, choices, overrides)) as run:
-        if cfg.mode == "example":
-            figures = example(cfg)
-        else:
-            from runner.training import train
-
-            figures = train(cfg, run)
-        run.log_metrics(figures)
+    with recorded(start_run(cfg, choices, overrides)) as record:
+        figures = example(cfg)
+        record.log_metrics(figures)
     return figures
 
 

@@ -75,6 +75,9 @@ def main() -> None:
         if full_trace:
             raise
         fail(one_line(error))
-    except BaseException:
+    except BaseException as error:
         end_open_sweep()
+        if type(error).__name__ == "JobFailed":  # each rank printed its own traceback already
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(1) from None
         raise

@@ -20,12 +20,14 @@ class TrainModule(pl.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
         x, y = batch
         loss = self.loss_fn(self.model(x), y)
-        self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+        # The mean over data-parallel ranks: the loss of the global batch, as one process sees it.
+        self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True, sync_dist=True)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> None:
         x, y = batch
-        self.log("val_loss", self.loss_fn(self.model(x), y), on_epoch=True, prog_bar=True)
+        loss = self.loss_fn(self.model(x), y)
+        self.log("val_loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         params, wd = self.model.parameters(), self.weight_decay

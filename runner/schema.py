@@ -65,13 +65,15 @@ class TextDataConfig(DataConfig):
 # --- parallel layout, hardware, trainer, logger ---
 @dataclass
 class ParallelConfig:
-    name: str = "none"
+    name: str = "none"  # none | data
+    bucket_cap_mb: float = 25.0  # data: DDP's gradient bucket size (one all-reduce per bucket)
 
 
 @dataclass
 class HardwareConfig:
-    accelerator: str = "cpu"  # cpu | gpu
-    devices: int = 1  # processes (one per device) on this node
+    accelerator: str = "cpu"  # cpu (gloo) | gpu (nccl)
+    devices: int = 1  # processes (one per device) on each node
+    nodes: int = 1  # more than 1: start one runner per node with torchrun or SLURM
     threads_per_rank: int | None = None  # None: cores / ranks
     memory_gib: float | None = None  # None: read from this host
 
@@ -93,6 +95,14 @@ class LoggerConfig:
     tracking_uri: str = "${oc.env:MLFLOW_TRACKING_URI,sqlite:///mlflow.db}"
     experiment_name: str = "runner"
     run_name: str | None = None  # None: built from the model, layout and overrides
+
+
+@dataclass
+class FaultConfig:
+    """Faults injected on purpose, to see what a lost rank does to the job and its record."""
+
+    kill_rank: int | None = None  # this rank ends abruptly (SIGKILL) ...
+    at_step: int | None = None  # ... when it starts this optimizer step
 
 
 @dataclass
@@ -119,6 +129,7 @@ class Config:
     seed: int = 0
     mode: str = "train"  # train | example
     example: ExampleConfig | None = None
+    fault: FaultConfig = field(default_factory=FaultConfig)
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

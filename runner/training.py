@@ -1,8 +1,13 @@
-"""Build data, model and Trainer from a validated config, and train on one process."""
+"""Build data, model and Trainer from a validated config and train: one rank's work.
+
+Called once per process: by the launcher in-process for one device, by every spawned rank, or by
+every process that torchrun or SLURM started. Only global rank 0 writes to MLflow.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
@@ -11,37 +16,47 @@ from omegaconf import DictConfig
 from pytorch_lightning.loggers import MLFlowLogger
 from torch.utils.data import DataLoader
 
-from runner.callbacks.step_timer import StepTimer
+from runner import parallel
+from runner.callbacks.faults import FaultInjection
+from runner.callbacks.rank_timing import RankTiming, combine
 from runner.data import Splits
+from runner.data.sampling import ShardedBatchSampler
 from runner.lit_module import TrainModule
-from runner.tracking import Run
 
 
-def set_threads(cfg: DictConfig, ranks: int) -> None:
-    """Threads per rank = cores / ranks, or the timings of a crowded CPU mean nothing."""
+def set_threads(cfg: DictConfig) -> None:
+    """Threads per rank = cores / ranks on this node: on a crowded CPU timings mean nothing."""
     cores = len(os.sched_getaffinity(0))
-    torch.set_num_threads(cfg.hardware.threads_per_rank or max(1, cores // ranks))
+    torch.set_num_threads(cfg.hardware.threads_per_rank or max(1, cores // cfg.hardware.devices))
 
 
-def loaders(splits: Splits, cfg: DictConfig) -> tuple[DataLoader, DataLoader]:
-    shuffle = torch.Generator().manual_seed(cfg.seed)
-    batch = cfg.data.batch_size
-    train = DataLoader(
-        splits.train, batch_size=batch, shuffle=True, drop_last=True, generator=shuffle
-    )
-    return train, DataLoader(splits.val, batch_size=batch)
+def loaders(
+    splits: Splits, cfg: DictConfig, rank: int, world: int
+) -> tuple[DataLoader, DataLoader]:
+    """This rank's shard of every global batch (data-parallel ranks differ, nothing else does)."""
+
+    def loader(dataset: Any, shuffle: bool) -> DataLoader:
+        batches = ShardedBatchSampler(
+            len(dataset), cfg.data.batch_size, rank, world, shuffle, cfg.seed
+        )
+        return DataLoader(dataset, batch_sampler=batches)
+
+    return loader(splits.train, True), loader(splits.val, False)
 
 
-def build_trainer(cfg: DictConfig, run: Run | None, timer: StepTimer) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, run_id: str | None, timing: RankTiming) -> pl.Trainer:
     t = cfg.trainer
-    logger = MLFlowLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run.run_id) if run else False
+    logger = MLFlowLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run_id) if run_id else False
     return pl.Trainer(
-        accelerator="cpu",
-        devices=1,
+        accelerator=cfg.hardware.accelerator,
+        devices=cfg.hardware.devices,
+        num_nodes=cfg.hardware.nodes,
+        strategy=parallel.strategy(cfg),
+        use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
         max_steps=t.max_steps,
         max_epochs=-1,
         logger=logger,
-        callbacks=[timer],
+        callbacks=[timing, FaultInjection(cfg.fault)],
         log_every_n_steps=1,
         val_check_interval=t.val_every_n_steps,
         check_val_every_n_epoch=None,
@@ -54,10 +69,21 @@ def build_trainer(cfg: DictConfig, run: Run | None, timer: StepTimer) -> pl.Trai
     )
 
 
-def train(cfg: DictConfig, run: Run | None = None) -> dict[str, float]:
-    """Train; return the summary figures (also logged to the run, when there is one)."""
-    set_threads(cfg, ranks=1)
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+def run_figures(cfg: DictConfig, timing: RankTiming, tokens_per_sample: int) -> dict[str, float]:
+    figures = combine([rank["figures"] for rank in timing.gathered])
+    if "step_time_s" in figures:
+        figures["throughput_samples_per_s"] = cfg.data.batch_size / figures["step_time_s"]
+        if tokens_per_sample:
+            figures["throughput_tokens_per_s"] = (
+                figures["throughput_samples_per_s"] * tokens_per_sample
+            )
+    return figures
+
+
+def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
+    """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
+    set_threads(cfg)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
     splits: Splits = instantiate(cfg.data, _convert_="all")
     module = TrainModule(
         instantiate(cfg.model, _convert_="all"),
@@ -66,7 +92,12 @@ def train(cfg: DictConfig, run: Run | None = None) -> dict[str, float]:
         cfg.trainer.lr,
         cfg.trainer.weight_decay,
     )
-    timer = StepTimer(cfg.data.batch_size, splits.tokens_per_sample, cfg.trainer.warmup_steps)
-    trainer = build_trainer(cfg, run, timer)
-    trainer.fit(module, *loaders(splits, cfg))
-    return timer.summary()
+    timing = RankTiming(cfg.trainer.warmup_steps)
+    trainer = build_trainer(cfg, run_id, timing)
+    trainer.fit(module, *loaders(splits, cfg, trainer.global_rank, trainer.world_size))
+    figures = run_figures(cfg, timing, splits.tokens_per_sample)
+    if run_id and trainer.global_rank == 0:
+        from runner.report import record_training
+
+        record_training(cfg, run_id, figures, timing.gathered)
+    return figures

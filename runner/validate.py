@@ -17,6 +17,7 @@ ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
 LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
 OPTIMIZERS = ("adamw", "sgd")
 MODES = ("train", "example")
+LAYOUTS = ("none", "data")
 EXAMPLES = ("neuron", "backprop")
 BYTES_PER_PARAM_TRAINING = 16  # fp32 weights, gradients and two Adam moments
 
@@ -117,7 +118,7 @@ def check_fits(cfg: DictConfig) -> None:
     params = param_count(cfg.model)
     if params is None:
         return
-    need = params * BYTES_PER_PARAM_TRAINING / 2**30 / cfg.hardware.devices
+    need = params * BYTES_PER_PARAM_TRAINING / 2**30  # whole model per device: none and data
     have = cfg.hardware.memory_gib or host_memory_gib()
     require(
         need <= have,
@@ -127,17 +128,64 @@ def check_fits(cfg: DictConfig) -> None:
     )
 
 
+def world_size(cfg: DictConfig) -> int:
+    return cfg.hardware.devices * cfg.hardware.nodes
+
+
 def check_hardware(cfg: DictConfig) -> None:
-    positive(cfg.hardware, "hardware", "devices")
+    positive(cfg.hardware, "hardware", "devices", "nodes")
     one_of(cfg.hardware.accelerator, "hardware.accelerator", ("cpu", "gpu"))
     threads = cfg.hardware.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
+
+
+def check_layout(cfg: DictConfig) -> None:
+    one_of(cfg.parallel.name, "parallel.name", LAYOUTS)
+    world = world_size(cfg)
     if cfg.parallel.name == "none":
+        require(world == 1, "hardware.devices", f"parallel=none runs on 1 device, got {world}")
+    if cfg.parallel.name == "data":
         require(
-            cfg.hardware.devices == 1,
-            "hardware.devices",
-            f"parallel=none runs on 1 device, got {cfg.hardware.devices}",
+            cfg.data.batch_size % world == 0,
+            "data.batch_size",
+            f"{cfg.data.batch_size} does not split into {world} data-parallel shards",
         )
+        require(cfg.parallel.bucket_cap_mb > 0, "parallel.bucket_cap_mb", "must be positive")
+
+
+def check_launch(cfg: DictConfig) -> None:
+    """What the environment says must agree with the config: who starts the processes, how many."""
+    launched = "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("SLURM_NTASKS", "1")) > 1
+    if cfg.hardware.nodes > 1:
+        require(
+            launched,
+            "hardware.nodes",
+            f"{cfg.hardware.nodes} nodes: start a runner per node with torchrun or SLURM (README)",
+        )
+    if launched:
+        started = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+        require(
+            started == world_size(cfg),
+            "hardware.devices",
+            f"{started} processes were started, but hardware.devices x hardware.nodes = "
+            f"{world_size(cfg)}",
+        )
+
+
+def check_fault(cfg: DictConfig) -> None:
+    f, world = cfg.fault, world_size(cfg)
+    if f.kill_rank is None:
+        return
+    require(
+        world > 1 and 0 <= f.kill_rank < world,
+        "fault.kill_rank",
+        f"must be a rank of a job of 2 or more processes (0..{world - 1}), got {f.kill_rank}",
+    )
+    require(
+        f.at_step is not None and 0 <= f.at_step < cfg.trainer.max_steps,
+        "fault.at_step",
+        f"must be a step in 0..trainer.max_steps-1, got {f.at_step}",
+    )
 
 
 def check_example(cfg: DictConfig) -> None:
@@ -153,7 +201,10 @@ def validate(cfg: DictConfig) -> None:
     check_data(cfg)
     check_trainer(cfg.trainer)
     check_hardware(cfg)
+    check_layout(cfg)
     if cfg.mode == "example":
         check_example(cfg)
     else:
         check_fits(cfg)
+        check_launch(cfg)
+        check_fault(cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,10 +69,27 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Completed
     )
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def all_runs(tracking_uri: str) -> list:
     client = MlflowClient(tracking_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(experiments) if experiments else []
+
+
+def train(*overrides: str) -> str:
+    """Run one training job in-process, as the CLI would; return its MLflow run id."""
+    from runner.app import run_job
+
+    cfg, choices = compose_job(*QUICK, *overrides)
+    before = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)}
+    run_job(cfg, choices, list(overrides))
+    (new,) = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)} - before
+    return new
 
 
 def loss_series(tracking_uri: str, run_id: str, key: str = "train_loss") -> list[float]:

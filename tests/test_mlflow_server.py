@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,15 +11,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import all_runs, run_cli
+from tests.conftest import all_runs, free_port, run_cli
 
 SERVER_START_S = 180  # it answers after about 25 s on this machine; CI may be slower
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, server: subprocess.Popen) -> None:

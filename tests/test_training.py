@@ -10,20 +10,11 @@ from mlflow import MlflowClient
 
 from runner.app import run_job
 from runner.lit_module import TrainModule
-from tests.conftest import QUICK, all_runs, compose_job, loss_series
+from tests.conftest import QUICK, all_runs, compose_job, loss_series, train
 
 STEPS = {"neuron": 40, "ffnn": 40, "decoder": 30}
 # The loss of a guess that knows nothing: uniform over 2 classes, 10 digits, 2,048 tokens.
 CHANCE = {"neuron": math.log(2), "ffnn": math.log(10), "decoder": math.log(2048)}
-
-
-def train(*overrides: str) -> str:
-    """Run one job in-process as the CLI would; return its MLflow run id."""
-    cfg, choices = compose_job(*QUICK, *overrides)
-    before = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)}
-    run_job(cfg, choices, list(overrides))
-    (new,) = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)} - before
-    return new
 
 
 @pytest.mark.parametrize("model", list(STEPS))

@@ -1,0 +1,165 @@
+"""Where each rank's step time goes: compute, blocked in communication, idle; and bytes sent.
+
+Timed from what really runs. Lightning's hooks bound forward, backward and optimizer work; under
+DDP a communication hook wraps the gradient all-reduce of every bucket, counting its payload and
+stamping when the bucket was ready and when its all-reduce finished. The rank is blocked on
+communication from the last bucket's launch until backward returns (DDP waits there for every
+all-reduce); Lightning's loss synchronization for logging is wrapped and counted as blocked too.
+
+Definitions (DESIGN.md): compute = forward + backward + optimizer work; comm = time blocked in a
+collective; idle = step wall - compute, so idle holds the exposed communication.
+"""
+
+import time
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
+
+
+@dataclass
+class Step:
+    start: float = 0.0
+    before_backward: float = 0.0
+    after_backward: float = 0.0
+    before_optimizer: float = 0.0
+    end: float = 0.0
+    syncs: list[tuple[float, float]] = field(default_factory=list)  # other blocking collectives
+    buckets: list[tuple[float, float, int]] = field(default_factory=list)  # ready, done, bytes
+
+    @property
+    def last_ready(self) -> float:
+        return max((ready for ready, _, _ in self.buckets), default=self.after_backward)
+
+    def figures(self) -> dict[str, float]:
+        wall = self.end - self.start
+        grad_wait = self.after_backward - self.last_ready
+        sync = sum(end - start for start, end in self.syncs)
+        forward = self.before_backward - self.start - sync
+        compute = (
+            forward + (self.last_ready - self.before_backward) + (self.end - self.before_optimizer)
+        )
+        return {
+            "step_time_s": wall,
+            "compute_time_s": compute,
+            "comm_time_s": grad_wait + sync,
+            "idle_time_s": wall - compute,
+            "idle_fraction": (wall - compute) / wall,
+            "comm_bytes_dp": float(sum(size for _, _, size in self.buckets)),
+        }
+
+    def spans(self, origin: float) -> list[tuple[str, float, float]]:
+        """(kind, start, end) relative to origin, for the timeline picture."""
+        spans = [
+            ("forward", self.start, self.before_backward),
+            ("backward", self.before_backward, self.last_ready),
+            ("optimizer", self.before_optimizer, self.end),
+        ]
+        spans += [("all-reduce", ready, done) for ready, done, _ in self.buckets]
+        spans += [("all-reduce", start, end) for start, end in self.syncs]
+        return [(kind, a - origin, b - origin) for kind, a, b in spans]
+
+
+class RankTiming(pl.Callback):
+    """Times every step on every rank; rank 0 gathers the others' figures at the end."""
+
+    def __init__(self, warmup_steps: int, timeline_steps: int = 3) -> None:
+        self.warmup_steps = warmup_steps
+        self.timeline_steps = timeline_steps
+        self.steps: list[Step] = []
+        self.origin = 0.0
+        self.gathered: list[dict[str, Any]] = []  # every rank's summary, after training
+
+    # --- what runs ---
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        model = trainer.strategy.model
+        if isinstance(model, DistributedDataParallel):
+            model.register_comm_hook(None, self._counting_allreduce)
+        if dist.is_available() and dist.is_initialized():
+            self._wrap_reduce(trainer.strategy)
+            dist.barrier()  # a common origin for every rank's clock
+        self.origin = time.perf_counter()
+
+    def _counting_allreduce(
+        self, state: Any, bucket: dist.GradBucket
+    ) -> torch.futures.Future[torch.Tensor]:
+        step = self.steps[-1]
+        record = [
+            time.perf_counter(),
+            0.0,
+            bucket.buffer().numel() * bucket.buffer().element_size(),
+        ]
+
+        def done(fut: torch.futures.Future) -> torch.Tensor:
+            record[1] = time.perf_counter()
+            step.buckets.append(tuple(record))
+            return fut.value()
+
+        return allreduce_hook(state, bucket).then(done)
+
+    def _wrap_reduce(self, strategy: Any) -> None:
+        reduce = strategy.reduce
+
+        def timed_reduce(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            out = reduce(*args, **kwargs)
+            if self.steps:
+                self.steps[-1].syncs.append((start, time.perf_counter()))
+            return out
+
+        strategy.reduce = timed_reduce
+
+    # --- the step's boundaries ---
+    def on_train_batch_start(self, *_: Any) -> None:
+        self.steps.append(Step(start=time.perf_counter()))
+
+    def on_before_backward(self, *_: Any) -> None:
+        self.steps[-1].before_backward = time.perf_counter()
+
+    def on_after_backward(self, *_: Any) -> None:
+        self.steps[-1].after_backward = time.perf_counter()
+
+    def on_before_optimizer_step(self, *_: Any) -> None:
+        self.steps[-1].before_optimizer = time.perf_counter()
+
+    def on_train_batch_end(self, *_: Any) -> None:
+        self.steps[-1].end = time.perf_counter()
+
+    # --- the record ---
+    def rank_summary(self) -> dict[str, Any]:
+        timed = self.steps[self.warmup_steps :]
+        figures = (
+            {k: fmean(s.figures()[k] for s in timed) for k in timed[0].figures()} if timed else {}
+        )
+        shown = timed[: self.timeline_steps]
+        return {"figures": figures, "spans": [s.spans(self.origin) for s in shown]}
+
+    def on_train_end(self, *_: Any) -> None:
+        """Every rank's summary, on every rank: one object all-gather, once, after training."""
+        mine = self.rank_summary()
+        if not (dist.is_available() and dist.is_initialized()):
+            self.gathered = [mine]
+            return
+        self.gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(self.gathered, mine)
+
+
+def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """The run's figures: means over ranks, the worst idle fraction, and each rank's own."""
+    if not per_rank or not per_rank[0]:
+        return {}
+    means = ("step_time_s", "compute_time_s", "comm_time_s", "idle_time_s")
+    out = {k: fmean(r[k] for r in per_rank) for k in means}
+    out["idle_fraction"] = fmean(r["idle_fraction"] for r in per_rank)
+    out["idle_fraction_max"] = max(r["idle_fraction"] for r in per_rank)
+    if per_rank[0]["comm_bytes_dp"]:
+        out["comm_bytes_per_step/dp"] = per_rank[0]["comm_bytes_dp"]
+    for rank, r in enumerate(per_rank):
+        for key in ("compute_time_s", "comm_time_s", "idle_fraction"):
+            out[f"rank_{rank}/{key}"] = r[key]
+    return out

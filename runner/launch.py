@@ -1,0 +1,104 @@
+"""Start a job's processes and own its MLflow run.
+
+One device: the job runs in this process. More: the runner starts the job's process group itself
+with torch's elastic launcher, never through Lightning's re-execution of sys.argv (under a Hydra
+sweep that restarts the whole sweep in every child, Lightning issue 11300). Under torchrun or SLURM
+the processes already exist: each runs as one rank and nothing is launched again.
+
+The launching process owns the run: it opens it, hands its id to rank 0 (the only rank that logs),
+and ends it FINISHED, or FAILED with the failing rank in the tag `failed_rank`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.tracking import Run, recorded, start_run
+from runner.validate import world_size
+
+LOOPBACK = "127.0.0.1"
+
+
+def external_launcher() -> str | None:
+    """Who started this process as one rank of a job, if anyone did."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+        return "slurm"
+    return None
+
+
+def bind_gloo_to_loopback() -> None:
+    """When every rank is on this host, gloo must use loopback, never another interface."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def global_rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+
+
+def rank_main(cfg: dict[str, Any], run_id: str | None) -> dict[str, float]:
+    """What every rank runs (a module-level function: spawned ranks import it by name)."""
+    from runner.training import train
+
+    return train(OmegaConf.create(cfg), run_id)
+
+
+def run(
+    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
+) -> dict[str, float]:
+    world = world_size(cfg)
+    if world > 1 and external_launcher() is None:
+        bind_gloo_to_loopback()
+        return spawn(cfg, start_run(cfg, choices, overrides, world))
+    if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
+        bind_gloo_to_loopback()
+    if global_rank() != 0:  # one rank among those torchrun or SLURM started: rank 0 records
+        return rank_main(OmegaConf.to_container(cfg, resolve=True), None)
+    with recorded(start_run(cfg, choices, overrides, world)) as record:
+        return rank_main(OmegaConf.to_container(cfg, resolve=True), record.run_id)
+
+
+def spawn(cfg: DictConfig, record: Run) -> dict[str, float]:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size(cfg),
+        run_id=record.run_id,
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"{LOOPBACK}:0",
+        local_addr=LOOPBACK,
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    with recorded(record):
+        try:
+            results = elastic_launch(config, rank_main)(
+                OmegaConf.to_container(cfg, resolve=True), record.run_id
+            )
+        except ChildFailedError as failed:
+            rank = min(failed.failures)
+            record.client.set_tag(record.run_id, "failed_rank", str(rank))
+            raise JobFailed(rank, failed.failures[rank]) from failed
+    return results[0]
+
+
+class JobFailed(RuntimeError):
+    """A rank of the job failed; the run is FAILED and names it."""
+
+    def __init__(self, rank: int, failure: Any) -> None:
+        reason = failure.message
+        if isinstance(reason, dict):  # a Python error the rank recorded
+            reason = reason.get("message", reason)
+        if not reason:  # killed, or exited without a word
+            reason = f"exit code {failure.exitcode}"
+        super().__init__(f"rank {rank} failed: {reason}")
+        self.rank = rank

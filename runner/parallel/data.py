@@ -1,0 +1,15 @@
+"""Data parallelism through Lightning's DDP: whole model per rank, gradients all-reduced."""
+
+from omegaconf import DictConfig
+from pytorch_lightning.strategies import DDPStrategy
+
+from runner.parallel import backend
+
+
+def strategy(cfg: DictConfig) -> DDPStrategy:
+    return DDPStrategy(
+        process_group_backend=backend(cfg),
+        bucket_cap_mb=cfg.parallel.bucket_cap_mb,
+        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        start_method="popen",
+    )

@@ -1,0 +1,228 @@
+"""Data parallelism on processes the runner starts: correct, measured, cleanly stopped."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra.utils import instantiate
+from mlflow import MlflowClient
+
+from tests.conftest import QUICK, all_runs, compose_job, free_port, loss_series, run_cli, train
+
+STEPS = 30
+FFNN = ["model=ffnn", f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=1000"]
+RELATIVE = 1e-5  # fp32: ranks sum the same gradients in another order, nothing else differs
+
+
+def trainable_params(*overrides: str) -> int:
+    cfg, _ = compose_job(*overrides)
+    return sum(p.numel() for p in instantiate(cfg.model).parameters() if p.requires_grad)
+
+
+def job_runs(uri: str) -> dict[str, object]:
+    return {
+        r.data.tags["world_size"]: r for r in all_runs(uri) if r.data.tags.get("mode") == "train"
+    }
+
+
+@pytest.mark.slow
+def test_data_parallel_loss_equals_the_single_process_run(store: str, tmp_path: Path) -> None:
+    single = loss_series(store, train(*FFNN))
+    done = run_cli(
+        "-m",
+        *FFNN,
+        *QUICK,
+        "parallel=data",
+        "hardware.devices=2,4",
+        f"logger.tracking_uri={store}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = job_runs(store)
+    assert set(runs) == {"1", "2", "4"}  # each sweep job ran once: nothing re-launched the sweep
+    for world in ("2", "4"):
+        parallel = loss_series(store, runs[world].info.run_id)
+        assert len(parallel) == STEPS
+        assert parallel == pytest.approx(single, rel=RELATIVE)
+
+
+@pytest.mark.slow
+def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
+    store: str, tmp_path: Path
+) -> None:
+    done = run_cli(
+        "model=ffnn",
+        "parallel=data",
+        "hardware.devices=2",
+        "trainer.max_steps=12",
+        *QUICK,
+        f"logger.tracking_uri={store}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = all_runs(store)
+    m = run.data.metrics
+    payload = 4 * trainable_params("model=ffnn")  # fp32 DDP: every gradient, once per step
+    assert m["comm_bytes_per_step/dp"] == payload
+    assert m["pred/comm_bytes_per_step/dp"] == payload
+    assert m["pred/ring_bytes_per_step/dp"] == 2 * (2 - 1) / 2 * payload
+    for rank in (0, 1):
+        assert {
+            f"rank_{rank}/{k}" for k in ("compute_time_s", "comm_time_s", "idle_fraction")
+        } <= set(m)
+    assert m["comm_time_s"] > 0
+    assert m["idle_fraction_max"] == max(m["rank_0/idle_fraction"], m["rank_1/idle_fraction"])
+    assert {a.path for a in MlflowClient(store).list_artifacts(run.info.run_id)} >= {"timeline.png"}
+
+
+@pytest.mark.slow
+def test_a_sweep_runs_each_job_once_on_its_own_process_group(tmp_path: Path) -> None:
+    done = run_cli(
+        "-m",
+        "model=neuron",
+        "parallel=data",
+        "hardware.devices=2",
+        "seed=1,2",
+        "trainer.max_steps=6",
+        *QUICK,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (parent,) = [r for r in runs if r.data.tags["mode"] == "sweep"]
+    children = [r for r in runs if r is not parent]
+    assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
+    assert {r.data.tags["world_size"] for r in children} == {"2"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+
+
+def session_processes(session: int) -> list[int]:
+    """Processes still alive in a session (the launcher's and every rank it started)."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == session and fields[0] != "Z":
+                alive.append(int(entry.name))
+    return alive
+
+
+def assert_session_ends(session: int, within: float = 10) -> None:
+    """Every process of the job gone within seconds (the resource tracker leaves last)."""
+    deadline = time.monotonic() + within
+    while session_processes(session):
+        assert time.monotonic() < deadline, f"still alive: {session_processes(session)}"
+        time.sleep(0.1)  # polling interval of /proc
+
+
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) -> None:
+    job = start_cli(
+        "model=ffnn",
+        "parallel=data",
+        "hardware.devices=2",
+        "trainer.max_steps=200",
+        "fault.kill_rank=1",
+        "fault.at_step=5",
+        *QUICK,
+        cwd=tmp_path,
+    )
+    _, stderr = job.communicate(timeout=120)
+    assert job.returncode == 1
+    assert stderr.strip().splitlines()[-1].startswith("error: rank 1 failed")
+    assert_session_ends(job.pid)
+    (run,) = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert (run.info.status, run.data.tags["failed_rank"]) == ("FAILED", "1")
+    assert len(loss_series(f"sqlite:///{tmp_path / 'mlflow.db'}", run.info.run_id)) == 5  # kept
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_every_process_and_fails_the_run(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = start_cli(
+        "model=ffnn",
+        "parallel=data",
+        "hardware.devices=2",
+        "trainer.max_steps=100000",
+        *QUICK,
+        cwd=tmp_path,
+    )
+    wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
+    os.killpg(job.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
+    job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert_session_ends(job.pid)
+    (run,) = all_runs(uri)
+    assert run.info.status == "FAILED"
+    assert len(loss_series(uri, run.info.run_id)) >= 3
+
+
+def logged_losses(db: Path) -> int:
+    """Losses logged so far, read straight from SQLite: an MLflow client here would race the
+    job's own creation of the tables."""
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return con.execute("SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'").fetchone()[
+                0
+            ]
+    except sqlite3.OperationalError:  # tables not made yet
+        return 0
+
+
+def wait_for_steps(db: Path, job: subprocess.Popen, steps: int, timeout: float = 120) -> None:
+    """Block until the job has logged `steps` losses (polling the store), or fail."""
+    deadline = time.monotonic() + timeout
+    while logged_losses(db) < steps:
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"the job did not log {steps} steps in {timeout} s"
+        time.sleep(0.2)  # polling interval of the store, not a wait for the result
+
+
+@pytest.mark.slow
+def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(tmp_path: Path) -> None:
+    rendezvous = [
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--local-addr=127.0.0.1",
+    ]
+    job = ["model=ffnn", "parallel=data", "hardware.nodes=2", "trainer.max_steps=10", *QUICK]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", *rendezvous, "-m", "runner", *job]
+    nodes = [
+        subprocess.Popen(
+            torchrun, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [node.communicate(timeout=240)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (run,) = all_runs(uri)  # one run, opened by global rank 0 only
+    assert (run.info.status, run.data.tags["world_size"]) == ("FINISHED", "2")
+    assert len(loss_series(uri, run.info.run_id)) == 10
