@@ -54,19 +54,26 @@ def store(tmp_path: Path, empty_store: Path, monkeypatch: pytest.MonkeyPatch) ->
     return uri
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m runner ARGS` in cwd, as a user types it."""
+def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
+    """`python -m runner ARGS` in cwd, as a user types it, in a session of its own."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
     }
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "runner", *args],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
+        start_new_session=True,
     )
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    job = start_cli(*args, cwd=cwd)
+    stdout, stderr = job.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
 
 
 def free_port() -> int:

@@ -12,10 +12,20 @@ import pytest
 from hydra.utils import instantiate
 from mlflow import MlflowClient
 
-from tests.conftest import QUICK, all_runs, compose_job, free_port, loss_series, run_cli, train
+from tests.conftest import (
+    QUICK,
+    all_runs,
+    compose_job,
+    free_port,
+    loss_series,
+    run_cli,
+    start_cli,
+    train,
+)
 
 STEPS = 30
 FFNN = ["model=ffnn", f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=1000"]
+DP2 = ["parallel=data", "hardware.devices=2"]
 RELATIVE = 1e-5  # fp32: ranks sum the same gradients in another order, nothing else differs
 
 
@@ -33,15 +43,8 @@ def job_runs(uri: str) -> dict[str, object]:
 @pytest.mark.slow
 def test_data_parallel_loss_equals_the_single_process_run(store: str, tmp_path: Path) -> None:
     single = loss_series(store, train(*FFNN))
-    done = run_cli(
-        "-m",
-        *FFNN,
-        *QUICK,
-        "parallel=data",
-        "hardware.devices=2,4",
-        f"logger.tracking_uri={store}",
-        cwd=tmp_path,
-    )
+    sweep = ["-m", *FFNN, *QUICK, "parallel=data", "hardware.devices=2,4"]
+    done = run_cli(*sweep, f"logger.tracking_uri={store}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = job_runs(store)
     assert set(runs) == {"1", "2", "4"}  # each sweep job ran once: nothing re-launched the sweep
@@ -55,15 +58,8 @@ def test_data_parallel_loss_equals_the_single_process_run(store: str, tmp_path: 
 def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
     store: str, tmp_path: Path
 ) -> None:
-    done = run_cli(
-        "model=ffnn",
-        "parallel=data",
-        "hardware.devices=2",
-        "trainer.max_steps=12",
-        *QUICK,
-        f"logger.tracking_uri={store}",
-        cwd=tmp_path,
-    )
+    args = ["model=ffnn", *DP2, "trainer.max_steps=12", *QUICK, f"logger.tracking_uri={store}"]
+    done = run_cli(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = all_runs(store)
     m = run.data.metrics
@@ -83,14 +79,7 @@ def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
 @pytest.mark.slow
 def test_a_sweep_runs_each_job_once_on_its_own_process_group(tmp_path: Path) -> None:
     done = run_cli(
-        "-m",
-        "model=neuron",
-        "parallel=data",
-        "hardware.devices=2",
-        "seed=1,2",
-        "trainer.max_steps=6",
-        *QUICK,
-        cwd=tmp_path,
+        "-m", "model=neuron", *DP2, "seed=1,2", "trainer.max_steps=6", *QUICK, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr[-3000:]
     runs = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -123,27 +112,11 @@ def assert_session_ends(session: int, within: float = 10) -> None:
         time.sleep(0.1)  # polling interval of /proc
 
 
-def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "runner", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) -> None:
     job = start_cli(
         "model=ffnn",
-        "parallel=data",
-        "hardware.devices=2",
+        *DP2,
         "trainer.max_steps=200",
         "fault.kill_rank=1",
         "fault.at_step=5",
@@ -162,14 +135,7 @@ def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) 
 @pytest.mark.slow
 def test_ctrl_c_ends_every_process_and_fails_the_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    job = start_cli(
-        "model=ffnn",
-        "parallel=data",
-        "hardware.devices=2",
-        "trainer.max_steps=100000",
-        *QUICK,
-        cwd=tmp_path,
-    )
+    job = start_cli("model=ffnn", *DP2, "trainer.max_steps=100000", *QUICK, cwd=tmp_path)
     wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
     os.killpg(job.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     job.communicate(timeout=60)
