@@ -8,6 +8,10 @@ from omegaconf import DictConfig
 
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from runner.cluster import global_rank
+
+        if global_rank() != 0:  # a sweep under torchrun or srun: one parent, from rank 0
+            return
         from runner.tracking import start_parent
 
         sweep = " ".join(config.hydra.overrides.task)

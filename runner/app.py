@@ -17,9 +17,9 @@ def run_job(
         from runner.launch import run
 
         return run(cfg, choices, overrides)
-    from runner.tracking import recorded, start_run
+    from runner.tracking import recorded_run
 
-    with recorded(start_run(cfg, choices, overrides)) as record:
+    with recorded_run(cfg, choices, overrides) as record:
         figures = example(cfg)
         record.log_metrics(figures)
     return figures

@@ -63,6 +63,18 @@ def end_open_sweep() -> None:
         tracking.end_parent("FAILED")
 
 
+def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
+    """Ctrl-C, a signal to the launcher, a failed rank: one line, no traceback of the launcher."""
+    kinds: list[type[BaseException]] = [KeyboardInterrupt]
+    if "runner.launch" in sys.modules:  # imported only by jobs that trained
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        from runner.launch import JobFailed
+
+        kinds += [JobFailed, SignalException]
+    return tuple(kinds)
+
+
 def main() -> None:
     register_configs()
     full_trace = "HYDRA_FULL_ERROR" in os.environ
@@ -77,7 +89,7 @@ def main() -> None:
         fail(one_line(error))
     except BaseException as error:
         end_open_sweep()
-        if type(error).__name__ == "JobFailed":  # each rank printed its own traceback already
-            print(f"error: {error}", file=sys.stderr)
+        if isinstance(error, stopped_by_user_or_rank()):  # the ranks printed their own traces
+            print(f"error: {error or 'interrupted'}", file=sys.stderr)
             raise SystemExit(1) from None
         raise

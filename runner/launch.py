@@ -12,33 +12,22 @@ and ends it FINISHED, or FAILED with the failing rank in the tag `failed_rank`.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.tracking import Run, recorded, start_run
-from runner.validate import world_size
+from runner.cluster import external_launcher, global_rank, world_size
+from runner.tracking import Run, recorded_run
 
 LOOPBACK = "127.0.0.1"
-
-
-def external_launcher() -> str | None:
-    """Who started this process as one rank of a job, if anyone did."""
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        return "torchrun"
-    if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        return "slurm"
-    return None
 
 
 def bind_gloo_to_loopback() -> None:
     """When every rank is on this host, gloo must use loopback, never another interface."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-
-
-def global_rank() -> int:
-    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
 
 
 def rank_main(cfg: dict[str, Any], run_id: str | None) -> dict[str, float]:
@@ -52,25 +41,34 @@ def run(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, float]:
     world = world_size(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
     if world > 1 and external_launcher() is None:
         bind_gloo_to_loopback()
-        return spawn(cfg, start_run(cfg, choices, overrides, world))
+        with recorded_run(cfg, choices, overrides, world) as record:
+            return spawn(resolved, world, record)
     if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
         bind_gloo_to_loopback()
-    if global_rank() != 0:  # one rank among those torchrun or SLURM started: rank 0 records
-        return rank_main(OmegaConf.to_container(cfg, resolve=True), None)
-    with recorded(start_run(cfg, choices, overrides, world)) as record:
-        return rank_main(OmegaConf.to_container(cfg, resolve=True), record.run_id)
+    if global_rank() != 0:  # one rank among those torchrun or srun started: rank 0 records
+        return rank_main(resolved, None)
+    with recorded_run(cfg, choices, overrides, world) as record:
+        if world > 1:
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        return rank_main(resolved, record.run_id)
 
 
-def spawn(cfg: DictConfig, record: Run) -> dict[str, float]:
+def _exit_on_sigterm(*_: object) -> None:
+    # torchrun and srun end the other ranks with SIGTERM when one fails: the run ends FAILED.
+    sys.exit("rank 0 was terminated: another rank failed, or the job was cancelled")
+
+
+def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
-        nproc_per_node=world_size(cfg),
+        nproc_per_node=world,
         run_id=record.run_id,
         rdzv_backend="c10d",
         rdzv_endpoint=f"{LOOPBACK}:0",
@@ -79,16 +77,12 @@ def spawn(cfg: DictConfig, record: Run) -> dict[str, float]:
         monitor_interval=0.1,
         start_method="spawn",
     )
-    with recorded(record):
-        try:
-            results = elastic_launch(config, rank_main)(
-                OmegaConf.to_container(cfg, resolve=True), record.run_id
-            )
-        except ChildFailedError as failed:
-            rank = min(failed.failures)
-            record.client.set_tag(record.run_id, "failed_rank", str(rank))
-            raise JobFailed(rank, failed.failures[rank]) from failed
-    return results[0]
+    try:
+        return elastic_launch(config, rank_main)(cfg, record.run_id)[0]
+    except ChildFailedError as failed:
+        rank, failure = failed.get_first_failure()  # the first to fail, not its victims
+        record.client.set_tag(record.run_id, "failed_rank", str(rank))
+        raise JobFailed(rank, failure) from failed
 
 
 class JobFailed(RuntimeError):

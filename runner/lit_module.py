@@ -6,6 +6,11 @@ from torch import nn
 
 from runner.losses import LOSSES
 
+OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+    "adamw": torch.optim.AdamW,
+    "sgd": torch.optim.SGD,
+}
+
 
 class TrainModule(pl.LightningModule):
     def __init__(self, model: nn.Module, loss: str, optimizer: str, lr: float, weight_decay: float):
@@ -13,9 +18,6 @@ class TrainModule(pl.LightningModule):
         self.model = model
         self.loss_fn = LOSSES[loss]
         self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
         x, y = batch
@@ -30,7 +32,5 @@ class TrainModule(pl.LightningModule):
         self.log("val_loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        params, wd = self.model.parameters(), self.weight_decay
-        if self.optimizer_name == "sgd":
-            return torch.optim.SGD(params, lr=self.lr, weight_decay=wd)
-        return torch.optim.AdamW(params, lr=self.lr, weight_decay=wd)
+        optimizer = OPTIMIZERS[self.optimizer_name]
+        return optimizer(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)

@@ -94,28 +94,25 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
     return {k: v for k, v in tags.items() if v is not None}
 
 
-def start_run(
+@contextlib.contextmanager
+def recorded_run(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str], world_size: int = 1
-) -> Run:
+) -> Iterator[Run]:
+    """Open the job's run and end it FINISHED if the body returns, FAILED on any exception
+    (Ctrl-C too) or if recording the config itself fails: never left RUNNING."""
     client = MlflowClient(cfg.logger.tracking_uri)
     name = cfg.logger.run_name or run_name(choices, cfg.parallel.name, overrides)
     exp = experiment_id(client, cfg.logger.experiment_name)
-    run = Run(
-        client,
-        client.create_run(exp, run_name=name, tags=run_tags(cfg, choices, world_size)).info.run_id,
-    )
-    params = [Param(k, v) for k, v in flatten(cfg).items()]
-    for i in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
-        client.log_batch(run.run_id, params=params[i : i + MAX_PARAMS_TAGS_PER_BATCH])
-    client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    client.log_text(run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml")
-    return run
-
-
-@contextlib.contextmanager
-def recorded(run: Run) -> Iterator[Run]:
-    """End the run FINISHED if the body returns, FAILED on any exception (Ctrl-C too)."""
+    tags = run_tags(cfg, choices, world_size)
+    run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
+        params = [Param(k, v) for k, v in flatten(cfg).items()]
+        for i in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
+            client.log_batch(run.run_id, params=params[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+        client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        client.log_text(
+            run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
+        )
         yield run
     except BaseException:
         run.end("FAILED")

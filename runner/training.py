@@ -22,6 +22,7 @@ from runner.callbacks.rank_timing import RankTiming, combine
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.lit_module import TrainModule
+from runner.validate import ConfigError
 
 
 def set_threads(cfg: DictConfig) -> None:
@@ -71,8 +72,10 @@ def build_trainer(cfg: DictConfig, run_id: str | None, timing: RankTiming) -> pl
 
 def run_figures(cfg: DictConfig, timing: RankTiming, tokens_per_sample: int) -> dict[str, float]:
     figures = combine([rank["figures"] for rank in timing.gathered])
-    if "step_time_s" in figures:
-        figures["throughput_samples_per_s"] = cfg.data.batch_size / figures["step_time_s"]
+    # Throughput from the loop's whole interval: data loading and logging count, validation not.
+    loop = figures.pop("loop_time_s", None)
+    if loop:
+        figures["throughput_samples_per_s"] = cfg.data.batch_size / loop
         if tokens_per_sample:
             figures["throughput_tokens_per_s"] = (
                 figures["throughput_samples_per_s"] * tokens_per_sample
@@ -92,9 +95,15 @@ def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
         cfg.trainer.lr,
         cfg.trainer.weight_decay,
     )
-    timing = RankTiming(cfg.trainer.warmup_steps)
+    timing = RankTiming(cfg.trainer.warmup_steps, cuda=cfg.hardware.accelerator == "gpu")
     trainer = build_trainer(cfg, run_id, timing)
-    trainer.fit(module, *loaders(splits, cfg, trainer.global_rank, trainer.world_size))
+    train_loader, val_loader = loaders(splits, cfg, trainer.global_rank, trainer.world_size)
+    if len(train_loader) == 0:
+        raise ConfigError(
+            "data.batch_size",
+            f"{cfg.data.batch_size} is more than the {len(splits.train)} training samples",
+        )
+    trainer.fit(module, train_loader, val_loader)
     figures = run_figures(cfg, timing, splits.tokens_per_sample)
     if run_id and trainer.global_rank == 0:
         from runner.report import record_training

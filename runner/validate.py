@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
+from runner.cluster import external_launcher, started_processes, world_size
 from runner.models.sizes import param_count
 
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
@@ -43,9 +44,18 @@ def positive(cfg: DictConfig, prefix: str, *names: str) -> None:
         require(value > 0, f"{prefix}.{name}", f"must be positive, got {value}")
 
 
+def matches_data(value: int, key: str, cfg: DictConfig, data_key: str) -> None:
+    """A vector model's width must be its data's (the worked examples bring their own inputs)."""
+    expected = cfg.data.get(data_key, 0)
+    if cfg.mode == "train" and expected:
+        require(value == expected, key, f"{value} does not match data.{data_key}={expected}")
+
+
 def check_neuron(m: DictConfig, cfg: DictConfig) -> None:
     positive(m, "model", "n_inputs")
     one_of(m.activation, "model.activation", ACTIVATIONS[:-1])
+    matches_data(m.n_inputs, "model.n_inputs", cfg, "n_features")
+    matches_data(1, "data.n_outputs", cfg, "n_outputs")  # one neuron, one output
 
 
 def check_ffnn(m: DictConfig, cfg: DictConfig) -> None:
@@ -54,6 +64,8 @@ def check_ffnn(m: DictConfig, cfg: DictConfig) -> None:
         require(width > 0, f"model.hidden[{i}]", f"must be positive, got {width}")
     one_of(m.activation, "model.activation", ACTIVATIONS)
     one_of(m.output_activation, "model.output_activation", ACTIVATIONS)
+    matches_data(m.in_features, "model.in_features", cfg, "n_features")
+    matches_data(m.out_features, "model.out_features", cfg, "n_outputs")
 
 
 def check_decoder(m: DictConfig, cfg: DictConfig) -> None:
@@ -67,6 +79,7 @@ def check_decoder(m: DictConfig, cfg: DictConfig) -> None:
         m.d_model % 2 == 0, "model.d_model", f"must be even for sin/cos positions, got {m.d_model}"
     )
     require(0 <= m.dropout < 1, "model.dropout", f"must be in [0, 1), got {m.dropout}")
+    matches_data(m.vocab_size, "model.vocab_size", cfg, "vocab_size")
     seq_len = cfg.data.get("seq_len")
     if seq_len is not None:
         require(
@@ -87,8 +100,14 @@ def output_activation(m: DictConfig) -> str | None:
     return m.get("output_activation", m.get("activation"))
 
 
+MIN_BPE_VOCAB = 256 + 2  # byte-level BPE keeps every byte, plus <pad> and <unk>
+
+
 def check_data(cfg: DictConfig) -> None:
     positive(cfg.data, "data", "batch_size")
+    vocab = cfg.data.get("vocab_size")
+    if vocab is not None:
+        require(vocab >= MIN_BPE_VOCAB, "data.vocab_size", f"must be {MIN_BPE_VOCAB} or more")
     require(0 <= cfg.data.val_fraction < 1, "data.val_fraction", "must be in [0, 1)")
     one_of(cfg.data.loss, "data.loss", LOSSES)
     if cfg.data.loss == "bce":
@@ -100,6 +119,7 @@ def check_data(cfg: DictConfig) -> None:
 
 def check_trainer(t: DictConfig) -> None:
     positive(t, "trainer", "max_steps", "lr", "val_every_n_steps")
+    require(t.weight_decay >= 0, "trainer.weight_decay", f"must be 0 or more, got {t.weight_decay}")
     one_of(t.optimizer, "trainer.optimizer", OPTIMIZERS)
     require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
     require(
@@ -124,12 +144,8 @@ def check_fits(cfg: DictConfig) -> None:
         need <= have,
         "model",
         f"{params / 1e9:.1f} B parameters need {need:,.0f} GiB per device to train "
-        f"(weights, gradients, Adam state); hardware has {have:,.0f} GiB. Choose a smaller model.",
+        f"(weights, gradients, Adam state); hardware has {have:,.0f} GiB: too large to train here",
     )
-
-
-def world_size(cfg: DictConfig) -> int:
-    return cfg.hardware.devices * cfg.hardware.nodes
 
 
 def check_hardware(cfg: DictConfig) -> None:
@@ -137,6 +153,12 @@ def check_hardware(cfg: DictConfig) -> None:
     one_of(cfg.hardware.accelerator, "hardware.accelerator", ("cpu", "gpu"))
     threads = cfg.hardware.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
+    if cfg.hardware.accelerator == "gpu" and cfg.mode == "train":
+        import torch  # only when a GPU is asked for: the CPU path stays free of heavy imports
+
+        require(
+            torch.cuda.is_available(), "hardware.accelerator", "gpu, but no CUDA device is visible"
+        )
 
 
 def check_layout(cfg: DictConfig) -> None:
@@ -155,7 +177,7 @@ def check_layout(cfg: DictConfig) -> None:
 
 def check_launch(cfg: DictConfig) -> None:
     """What the environment says must agree with the config: who starts the processes, how many."""
-    launched = "TORCHELASTIC_RUN_ID" in os.environ or int(os.environ.get("SLURM_NTASKS", "1")) > 1
+    launched = external_launcher() is not None
     if cfg.hardware.nodes > 1:
         require(
             launched,
@@ -163,7 +185,7 @@ def check_launch(cfg: DictConfig) -> None:
             f"{cfg.hardware.nodes} nodes: start a runner per node with torchrun or SLURM (README)",
         )
     if launched:
-        started = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+        started = started_processes()
         require(
             started == world_size(cfg),
             "hardware.devices",
@@ -195,6 +217,8 @@ def check_example(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     one_of(cfg.mode, "mode", MODES)
+    if cfg.mode == "train":
+        check_fits(cfg)  # first: nothing else matters for a model too large to train
     check = MODEL_CHECKS.get(cfg.model.get("_target_", ""))
     if check is not None:
         check(cfg.model, cfg)
@@ -205,6 +229,5 @@ def validate(cfg: DictConfig) -> None:
     if cfg.mode == "example":
         check_example(cfg)
     else:
-        check_fits(cfg)
         check_launch(cfg)
         check_fault(cfg)

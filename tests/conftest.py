@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,10 +73,27 @@ def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
     )
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+@contextlib.contextmanager
+def cli_job(*args: str, cwd: Path) -> Iterator[subprocess.Popen]:
+    """A running `python -m runner ARGS`; whatever is left of it is killed at the end."""
     job = start_cli(*args, cwd=cwd)
-    stdout, stderr = job.communicate(timeout=timeout)
+    try:
+        yield job
+    finally:
+        stop_session(job)
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    with cli_job(*args, cwd=cwd) as job:
+        stdout, stderr = job.communicate(timeout=timeout)
     return subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr)
+
+
+def stop_session(job: subprocess.Popen) -> None:
+    """Leave nothing behind: kill whatever of the job's session is still alive."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
 
 
 def free_port() -> int:

@@ -70,7 +70,7 @@ BAD = [
     (["model=resnet"], "decoder, ffnn, gpt3_175b, neuron"),
     (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
     (["data.batch_size=-4"], "data.batch_size"),
-    (["model=gpt3_175b"], "model"),
+    (["model=gpt3_175b"], "174.6 B parameters"),
 ]
 
 

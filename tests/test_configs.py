@@ -3,10 +3,11 @@
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from runner import losses, validate
+from runner import lit_module, losses, parallel, validate, worked_examples
 from runner.cli import CONF_DIR
 from runner.models import activations
 from tests.conftest import compose_job
@@ -35,10 +36,13 @@ def test_option_composes_and_validates(group: str, option: str) -> None:
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-    if option == "gpt3_175b":  # plan-only: refused for training, by name
+    refused_here = {"gpt3_175b": "model"}  # too large to train: refused, by name
+    if not torch.cuda.is_available():
+        refused_here["gpu"] = "hardware.accelerator"
+    if option in refused_here:
         with pytest.raises(validate.ConfigError) as refused:
             validate.validate(cfg)
-        assert refused.value.key == "model"
+        assert refused.value.key == refused_here[option]
     else:
         validate.validate(cfg)
 
@@ -106,6 +110,17 @@ def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
         (["data.seq_len=128"], "data.seq_len"),
         (["hardware.devices=2"], "hardware.devices"),
         (["mode=example"], "example"),
+        (["data.vocab_size=100"], "data.vocab_size"),
+        (["model.vocab_size=999"], "model.vocab_size"),
+        (["model=ffnn", "model.out_features=3"], "model.out_features"),
+        (["model=neuron", "data=digits"], "data.n_outputs"),
+        (["trainer.weight_decay=-0.1"], "trainer.weight_decay"),
+        (["parallel=data", "hardware.devices=3"], "data.batch_size"),
+        (["parallel=data", "hardware.nodes=2"], "hardware.nodes"),
+        (
+            ["parallel=data", "hardware.devices=2", "fault.kill_rank=2", "fault.at_step=1"],
+            "fault.kill_rank",
+        ),
     ],
 )
 def test_semantic_errors_name_the_key(overrides: list[str], key: str) -> None:
@@ -118,3 +133,6 @@ def test_semantic_errors_name_the_key(overrides: list[str], key: str) -> None:
 def test_names_the_validator_allows_are_the_ones_that_exist() -> None:
     assert set(validate.ACTIVATIONS) == set(activations.ACTIVATIONS)
     assert set(validate.LOSSES) == set(losses.LOSSES)
+    assert set(validate.OPTIMIZERS) == set(lit_module.OPTIMIZERS)
+    assert set(validate.EXAMPLES) == set(worked_examples.EXAMPLES)
+    assert set(validate.LAYOUTS) == {"none", *parallel.LAYOUTS}

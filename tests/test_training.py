@@ -40,9 +40,9 @@ def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
     assert run.data.params["trainer.max_steps"] == str(STEPS[model])
     assert "val_loss" in run.data.metrics
     assert run.data.metrics["step_time_s"] > 0
-    assert run.data.metrics["throughput_samples_per_s"] == pytest.approx(
-        int(run.data.params["data.batch_size"]) / run.data.metrics["step_time_s"]
-    )
+    # From the loop's whole interval (data loading, logging): never more than the step allows.
+    step_bound = int(run.data.params["data.batch_size"]) / run.data.metrics["step_time_s"]
+    assert 0 < run.data.metrics["throughput_samples_per_s"] <= step_bound
     assert ("throughput_tokens_per_s" in run.data.metrics) == (model == "decoder")
 
 

@@ -29,6 +29,8 @@ class Step:
     after_backward: float = 0.0
     before_optimizer: float = 0.0
     end: float = 0.0
+    next_start: float = 0.0  # when the next step began: the loop's full interval, for throughput
+    validated: bool = False  # a validation ran between this step and the next
     syncs: list[tuple[float, float]] = field(default_factory=list)  # other blocking collectives
     buckets: list[tuple[float, float, int]] = field(default_factory=list)  # ready, done, bytes
 
@@ -68,12 +70,22 @@ class Step:
 class RankTiming(pl.Callback):
     """Times every step on every rank; rank 0 gathers the others' figures at the end."""
 
-    def __init__(self, warmup_steps: int, timeline_steps: int = 3) -> None:
+    def __init__(self, warmup_steps: int, timeline_steps: int = 3, cuda: bool = False) -> None:
         self.warmup_steps = warmup_steps
         self.timeline_steps = timeline_steps
+        self.cuda = cuda  # GPU work is asynchronous: wait for it at every boundary
         self.steps: list[Step] = []
         self.origin = 0.0
-        self.gathered: list[dict[str, Any]] = []  # every rank's summary, after training
+        self.gathered: list[dict[str, Any]] = []  # every rank's summary on rank 0, after training
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @property
+    def in_step(self) -> bool:
+        return bool(self.steps) and not self.steps[-1].end
 
     # --- what runs ---
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -83,32 +95,28 @@ class RankTiming(pl.Callback):
         if dist.is_available() and dist.is_initialized():
             self._wrap_reduce(trainer.strategy)
             dist.barrier()  # a common origin for every rank's clock
-        self.origin = time.perf_counter()
+        self.origin = self.now()
 
     def _counting_allreduce(
         self, state: Any, bucket: dist.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
-        step = self.steps[-1]
-        record = [
-            time.perf_counter(),
-            0.0,
-            bucket.buffer().numel() * bucket.buffer().element_size(),
-        ]
+        step, ready = self.steps[-1], time.perf_counter()
+        size = bucket.buffer().numel() * bucket.buffer().element_size()
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
-            record[1] = time.perf_counter()
-            step.buckets.append(tuple(record))
+            step.buckets.append((ready, time.perf_counter(), size))
             return fut.value()
 
         return allreduce_hook(state, bucket).then(done)
 
     def _wrap_reduce(self, strategy: Any) -> None:
+        """Time Lightning's reductions for logging, inside a step (validation's are not)."""
         reduce = strategy.reduce
 
         def timed_reduce(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             out = reduce(*args, **kwargs)
-            if self.steps:
+            if self.in_step:
                 self.steps[-1].syncs.append((start, time.perf_counter()))
             return out
 
@@ -116,37 +124,49 @@ class RankTiming(pl.Callback):
 
     # --- the step's boundaries ---
     def on_train_batch_start(self, *_: Any) -> None:
-        self.steps.append(Step(start=time.perf_counter()))
+        start = self.now()
+        if self.steps:
+            self.steps[-1].next_start = start
+        self.steps.append(Step(start=start))
 
     def on_before_backward(self, *_: Any) -> None:
-        self.steps[-1].before_backward = time.perf_counter()
+        self.steps[-1].before_backward = self.now()
 
     def on_after_backward(self, *_: Any) -> None:
-        self.steps[-1].after_backward = time.perf_counter()
+        self.steps[-1].after_backward = self.now()
 
     def on_before_optimizer_step(self, *_: Any) -> None:
-        self.steps[-1].before_optimizer = time.perf_counter()
+        self.steps[-1].before_optimizer = self.now()
 
     def on_train_batch_end(self, *_: Any) -> None:
-        self.steps[-1].end = time.perf_counter()
+        self.steps[-1].end = self.now()
+
+    def on_validation_start(self, *_: Any) -> None:
+        if self.steps:
+            self.steps[-1].validated = True  # its loop interval holds a validation: not training
 
     # --- the record ---
     def rank_summary(self) -> dict[str, Any]:
         timed = self.steps[self.warmup_steps :]
-        figures = (
-            {k: fmean(s.figures()[k] for s in timed) for k in timed[0].figures()} if timed else {}
-        )
+        per_step = [s.figures() for s in timed]
+        figures = {k: fmean(f[k] for f in per_step) for k in per_step[0]} if per_step else {}
+        loops = [s.next_start - s.start for s in timed if s.next_start and not s.validated]
+        if loops:
+            figures["loop_time_s"] = fmean(loops)
         shown = timed[: self.timeline_steps]
         return {"figures": figures, "spans": [s.spans(self.origin) for s in shown]}
 
     def on_train_end(self, *_: Any) -> None:
-        """Every rank's summary, on every rank: one object all-gather, once, after training."""
+        """Every rank's summary to rank 0: one object gather, once, after training."""
         mine = self.rank_summary()
         if not (dist.is_available() and dist.is_initialized()):
             self.gathered = [mine]
             return
-        self.gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(self.gathered, mine)
+        everyone: list[Any] | None = (
+            [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        )
+        dist.gather_object(mine, everyone, dst=0)
+        self.gathered = everyone or []
 
 
 def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
@@ -157,6 +177,8 @@ def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
     out = {k: fmean(r[k] for r in per_rank) for k in means}
     out["idle_fraction"] = fmean(r["idle_fraction"] for r in per_rank)
     out["idle_fraction_max"] = max(r["idle_fraction"] for r in per_rank)
+    if "loop_time_s" in per_rank[0]:
+        out["loop_time_s"] = fmean(r["loop_time_s"] for r in per_rank)
     if per_rank[0]["comm_bytes_dp"]:
         out["comm_bytes_per_step/dp"] = per_rank[0]["comm_bytes_dp"]
     for rank, r in enumerate(per_rank):

@@ -7,15 +7,23 @@ layout is one new file and one line in LAYOUTS.
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import Strategy
 
+from runner.cluster import world_size
+
 
 def backend(cfg: DictConfig) -> str:
     return "nccl" if cfg.hardware.accelerator == "gpu" else "gloo"
 
 
-def strategy(cfg: DictConfig) -> Strategy | str:
+def _data(cfg: DictConfig) -> Strategy:
     from runner.parallel import data
 
-    if cfg.hardware.devices * cfg.hardware.nodes == 1:
-        return "auto"  # every layout of one device is the plain single-device run
-    layouts = {"data": data.strategy}
-    return layouts[cfg.parallel.name](cfg)
+    return data.strategy(cfg)
+
+
+LAYOUTS = {"data": _data}  # beside "none", the plain run
+
+
+def strategy(cfg: DictConfig) -> Strategy | str:
+    if world_size(cfg) == 1:
+        return "auto"  # any layout on one device is the plain single-device run
+    return LAYOUTS[cfg.parallel.name](cfg)

@@ -10,6 +10,8 @@ def strategy(cfg: DictConfig) -> DDPStrategy:
     return DDPStrategy(
         process_group_backend=backend(cfg),
         bucket_cap_mb=cfg.parallel.bucket_cap_mb,
+        # Buffers (the decoder's fixed positions) are equal on every rank: no broadcast per step.
+        broadcast_buffers=False,
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
         start_method="popen",
     )

@@ -1,0 +1,36 @@
+"""Who started this process, and as which rank: read from the environment, importing nothing heavy.
+
+torchrun sets TORCHELASTIC_RUN_ID, RANK and WORLD_SIZE. Under SLURM, only a job step started by
+`srun` has one process per task (SLURM_STEP_NUM_TASKS); an sbatch script's body or an salloc shell
+does not, and there the runner must launch the processes itself or refuse.
+"""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig
+
+
+def world_size(cfg: DictConfig) -> int:
+    return cfg.hardware.devices * cfg.hardware.nodes
+
+
+def external_launcher() -> str | None:
+    """The launcher that started this process as one rank of a job, if any."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if int(os.environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1:
+        return "srun"
+    return None
+
+
+def started_processes() -> int:
+    """How many processes the external launcher started for this job."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return int(os.environ.get("SLURM_STEP_NUM_TASKS", "1"))
+
+
+def global_rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))

@@ -1,0 +1,56 @@
+"""The timing definitions of DESIGN.md, on a step with known timestamps."""
+
+import pytest
+
+from runner.callbacks.rank_timing import Step, combine
+from runner.training import set_threads
+from tests.conftest import compose_job
+
+
+def a_step() -> Step:
+    # forward 0-2 with a 0.5 s loss all-reduce inside; backward 2-4; one bucket all-reduced 3-6
+    # (ready at 3, then a second one ready at 4 and done at 6); optimizer 6.5-7.5.
+    return Step(
+        start=0.0,
+        before_backward=2.0,
+        after_backward=6.0,
+        before_optimizer=6.5,
+        end=7.5,
+        syncs=[(0.5, 1.0)],
+        buckets=[(3.0, 5.0, 400), (4.0, 6.0, 100)],
+    )
+
+
+def test_compute_is_forward_backward_and_optimizer_work_only() -> None:
+    f = a_step().figures()
+    assert f["compute_time_s"] == pytest.approx(1.5 + 2.0 + 1.0)
+    assert f["comm_time_s"] == pytest.approx(2.0 + 0.5)  # after the last bucket, and the sync
+    assert f["idle_time_s"] == pytest.approx(7.5 - 4.5)
+    assert f["idle_fraction"] == pytest.approx(3.0 / 7.5)
+    assert f["comm_bytes_dp"] == 500
+
+
+def test_the_run_takes_means_over_ranks_and_the_worst_idle_fraction() -> None:
+    fast, slow = a_step().figures(), a_step().figures()
+    slow["idle_fraction"] = 0.9
+    figures = combine([fast, slow])
+    assert figures["idle_fraction"] == pytest.approx((0.4 + 0.9) / 2)
+    assert figures["idle_fraction_max"] == 0.9
+    assert figures["rank_1/idle_fraction"] == 0.9
+    assert figures["comm_bytes_per_step/dp"] == 500
+
+
+def test_threads_per_rank_are_cores_over_ranks(monkeypatch) -> None:
+    import os
+
+    import torch
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(8)))
+    before = torch.get_num_threads()
+    try:
+        set_threads(compose_job("parallel=data", "hardware.devices=4")[0])
+        assert torch.get_num_threads() == 2
+        set_threads(compose_job("hardware.threads_per_rank=3")[0])
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
