@@ -57,6 +57,18 @@ def test_data_parallel_loss_equals_the_single_process_run(store: str, tmp_path: 
 
 
 @pytest.mark.slow
+def test_the_decoder_data_parallel_equals_the_single_process_run(
+    store: str, tmp_path: Path
+) -> None:
+    decoder = ["model=decoder", "model.dropout=0", "trainer.max_steps=10", "data.batch_size=16"]
+    single = loss_series(store, train(*decoder))
+    done = run_cli(*decoder, *DP2, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parallel = loss_series(store, job_runs(store)["2"].info.run_id)
+    assert parallel == pytest.approx(single, rel=RELATIVE)
+
+
+@pytest.mark.slow
 def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
     store: str, tmp_path: Path
 ) -> None:
