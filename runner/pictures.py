@@ -12,34 +12,43 @@ from matplotlib.patches import Patch  # noqa: E402
 COLORS = {
     "forward": "#4C72B0",
     "backward": "#DD8452",
+    "weight": "#8172B3",
     "optimizer": "#55A868",
     "all-reduce": "#C44E52",
+    "p2p wait": "#937860",
     "idle": "#E5E5E5",
 }
-# Compute fills the row; communication runs beside it (it overlaps backward), in a band below.
-COMM_KINDS = {"all-reduce"}
+# Compute fills the row; communication runs beside it (it may overlap compute), in a band below.
+COMM_KINDS = {"all-reduce", "p2p wait"}
 
 
-def rank_timeline(spans_by_rank: list[list[list[tuple[str, float, float]]]], title: str) -> Figure:
+Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro-batch number)
+
+
+def rank_timeline(spans_by_rank: list[list[list[Span]]], title: str) -> Figure:
     """One row per rank, time across; idle is the grey behind whatever runs."""
     fig = Figure(figsize=(11, 1.1 + 0.8 * len(spans_by_rank)))
     ax = fig.add_subplot()
     every = [span for steps in spans_by_rank for step in steps for span in step]
-    t0 = min(a for _, a, _ in every)
-    t1 = max(b for _, _, b in every)
+    t0 = min(span[1] for span in every)
+    t1 = max(span[2] for span in every)
     for rank, steps in enumerate(spans_by_rank):
         y = len(spans_by_rank) - 1 - rank
         ax.broken_barh([(0, (t1 - t0) * 1e3)], (y - 0.4, 0.8), color=COLORS["idle"])
-        for kind, a, b in (span for step in steps for span in step):
+        for kind, a, b, label in (span for step in steps for span in step):
             lane = (y - 0.4, 0.2) if kind in COMM_KINDS else (y - 0.15, 0.55)
             ax.broken_barh([((a - t0) * 1e3, (b - a) * 1e3)], lane, color=COLORS[kind])
+            if label:
+                mid = ((a + b) / 2 - t0) * 1e3
+                ax.text(mid, y + 0.12, label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(
         range(len(spans_by_rank)), [f"rank {r}" for r in reversed(range(len(spans_by_rank)))]
     )
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, (t1 - t0) * 1e3)
     ax.set_title(title)
-    handles = [Patch(color=c, label=k) for k, c in COLORS.items()]
+    shown = {span[0] for span in every} | {"idle"}
+    handles = [Patch(color=c, label=k) for k, c in COLORS.items() if k in shown]
     fig.legend(handles=handles, ncols=len(handles), loc="lower center", frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from runner.models.sizes import param_count
+from runner.models.sizes import balanced_split, param_count, pipeline_layers
 
 FP32_BYTES = 4
 
@@ -29,5 +29,34 @@ def data_parallel(cfg: DictConfig, world: int) -> dict[str, float]:
     }
 
 
+def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
+    """Idle share of a pipeline step: (p - 1) / (v*m + p - 1), p stages, m micro-batches."""
+    return (stages - 1) / (virtual * microbatches + stages - 1)
+
+
+def boundary_elements(cfg: DictConfig, split: list[int]) -> list[int]:
+    """Elements of one sample's activation crossing each boundary between stages."""
+    m = cfg.model
+    cuts = [sum(split[: s + 1]) for s in range(len(split) - 1)]
+    if m._target_.endswith("Decoder"):
+        return [cfg.data.seq_len * m.d_model for _ in cuts]
+    widths = [m.in_features, *m.hidden, m.out_features]
+    return [widths[cut] for cut in cuts]
+
+
+def pipeline(cfg: DictConfig, world: int) -> dict[str, float]:
+    if cfg.parallel.name != "pipeline" or world < 2:
+        return {}
+    p = cfg.parallel
+    stages = world * p.virtual_stages
+    split = list(p.split) if p.split else balanced_split(pipeline_layers(cfg.model), stages)
+    # Each boundary carries every sample's activation forward and its gradient back, once.
+    total = sum(2 * cfg.data.batch_size * n * FP32_BYTES for n in boundary_elements(cfg, split))
+    return {
+        "bubble_fraction_theory": bubble_fraction(world, p.microbatches, p.virtual_stages),
+        "pred/comm_bytes_per_step/pp": total / world,  # sent per rank, mean over ranks
+    }
+
+
 def predict(cfg: DictConfig, world: int) -> dict[str, float]:
-    return data_parallel(cfg, world)
+    return data_parallel(cfg, world) | pipeline(cfg, world)

@@ -65,8 +65,12 @@ class TextDataConfig(DataConfig):
 # --- parallel layout, hardware, trainer, logger ---
 @dataclass
 class ParallelConfig:
-    name: str = "none"  # none | data
+    name: str = "none"  # none | data | pipeline
     bucket_cap_mb: float = 25.0  # data: DDP's gradient bucket size (one all-reduce per bucket)
+    microbatches: int = 1  # pipeline: micro-batches per global batch (1: plain model parallelism)
+    schedule: str = "1f1b"  # pipeline: gpipe | 1f1b | interleaved_1f1b | zero_bubble
+    virtual_stages: int = 1  # pipeline: stages per rank (interleaved schedules)
+    split: list[int] | None = None  # pipeline: layers per stage; None splits evenly
 
 
 @dataclass

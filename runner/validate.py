@@ -12,13 +12,15 @@ from collections.abc import Callable
 from omegaconf import DictConfig
 
 from runner.cluster import external_launcher, started_processes, world_size
-from runner.models.sizes import param_count
+from runner.models.sizes import param_count, pipeline_layers
 
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
 LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
 OPTIMIZERS = ("adamw", "sgd")
 MODES = ("train", "example")
-LAYOUTS = ("none", "data")
+LAYOUTS = ("none", "data", "pipeline")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")
 EXAMPLES = ("neuron", "backprop")
 BYTES_PER_PARAM_TRAINING = 16  # fp32 weights, gradients and two Adam moments
 
@@ -173,6 +175,36 @@ def check_layout(cfg: DictConfig) -> None:
             f"{cfg.data.batch_size} does not split into {world} data-parallel shards",
         )
         require(cfg.parallel.bucket_cap_mb > 0, "parallel.bucket_cap_mb", "must be positive")
+    if cfg.parallel.name == "pipeline":
+        check_pipeline(cfg, world)
+
+
+def check_pipeline(cfg: DictConfig, world: int) -> None:
+    p = cfg.parallel
+    one_of(p.schedule, "parallel.schedule", SCHEDULES)
+    positive(p, "parallel", "microbatches", "virtual_stages")
+    require(
+        cfg.data.batch_size % p.microbatches == 0,
+        "parallel.microbatches",
+        f"data.batch_size={cfg.data.batch_size} does not split into {p.microbatches} micro-batches",
+    )
+    require(
+        p.virtual_stages == 1 or p.schedule in MULTI_STAGE,
+        "parallel.virtual_stages",
+        f"{p.schedule} runs one stage per device; virtual stages need {' or '.join(MULTI_STAGE)}",
+    )
+    stages, layers = world * p.virtual_stages, pipeline_layers(cfg.model)
+    require(
+        stages <= layers,
+        "hardware.devices",
+        f"{stages} pipeline stages (devices x virtual stages) for a model of {layers} layer(s)",
+    )
+    if p.split is not None:
+        require(
+            len(p.split) == stages and min(p.split) > 0 and sum(p.split) == layers,
+            "parallel.split",
+            f"needs {stages} positive layer counts summing to {layers}, got {list(p.split)}",
+        )
 
 
 def check_launch(cfg: DictConfig) -> None:

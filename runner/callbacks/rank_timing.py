@@ -31,6 +31,7 @@ class Step:
     end: float = 0.0
     next_start: float = 0.0  # when the next step began: the loop's full interval, for throughput
     validated: bool = False  # a validation ran between this step and the next
+    pipeline: dict[str, Any] | None = None  # a pipeline step's schedule actions (strategy's record)
     syncs: list[tuple[float, float]] = field(default_factory=list)  # other blocking collectives
     buckets: list[tuple[float, float, int]] = field(default_factory=list)  # ready, done, bytes
 
@@ -39,6 +40,8 @@ class Step:
         return max((ready for ready, _, _ in self.buckets), default=self.after_backward)
 
     def figures(self) -> dict[str, float]:
+        if self.pipeline:
+            return self.pipeline_figures()
         wall = self.end - self.start
         grad_wait = self.after_backward - self.last_ready
         sync = sum(end - start for start, end in self.syncs)
@@ -55,8 +58,30 @@ class Step:
             "comm_bytes_dp": float(sum(size for _, _, size in self.buckets)),
         }
 
-    def spans(self, origin: float) -> list[tuple[str, float, float]]:
-        """(kind, start, end) relative to origin, for the timeline picture."""
+    def pipeline_figures(self) -> dict[str, float]:
+        """Compute = the schedule's forward/backward/weight actions and the optimizer; comm = P2P
+        waits and collectives; the bubble = what the schedule's window leaves idle."""
+        p, wall = self.pipeline, self.end - self.start
+        work = sum(end - start for kind, start, end, _ in p["actions"] if kind != "wait")
+        waits = sum(end - start for kind, start, end, _ in p["actions"] if kind == "wait")
+        syncs = sum(end - start for start, end in [*p["syncs"], *self.syncs])
+        compute = work + p["optimizer"][1] - p["optimizer"][0]
+        window = p["window"][1] - p["window"][0]
+        return {
+            "step_time_s": wall,
+            "compute_time_s": compute,
+            "comm_time_s": waits + syncs,
+            "idle_time_s": wall - compute,
+            "idle_fraction": (wall - compute) / wall,
+            "bubble_fraction": 1 - work / window,
+            "comm_bytes_pp": float(p["sent_bytes"]),
+            "comm_bytes_dp": 0.0,
+        }
+
+    def spans(self, origin: float) -> list[tuple[str, float, float, str]]:
+        """(kind, start, end, label) relative to origin, for the timeline pictures."""
+        if self.pipeline:
+            return self.pipeline_spans(origin)
         spans = [
             ("forward", self.start, self.before_backward),
             ("backward", self.before_backward, self.last_ready),
@@ -64,7 +89,18 @@ class Step:
         ]
         spans += [("all-reduce", ready, done) for ready, done, _ in self.buckets]
         spans += [("all-reduce", start, end) for start, end in self.syncs]
-        return [(kind, a - origin, b - origin) for kind, a, b in spans]
+        return [(kind, a - origin, b - origin, "") for kind, a, b in spans]
+
+    def pipeline_spans(self, origin: float) -> list[tuple[str, float, float, str]]:
+        names = {"F": "forward", "B": "backward", "W": "weight", "w": "p2p wait"}
+        p = self.pipeline
+        spans = [
+            (names[kind[0]], start - origin, end - origin, "" if mb < 0 else str(mb))
+            for kind, start, end, mb in p["actions"]
+        ]
+        spans.append(("optimizer", p["optimizer"][0] - origin, p["optimizer"][1] - origin, ""))
+        syncs = [*p["syncs"], *self.syncs]
+        return spans + [("all-reduce", a - origin, b - origin, "") for a, b in syncs]
 
 
 class RankTiming(pl.Callback):
@@ -138,8 +174,9 @@ class RankTiming(pl.Callback):
     def on_before_optimizer_step(self, *_: Any) -> None:
         self.steps[-1].before_optimizer = self.now()
 
-    def on_train_batch_end(self, *_: Any) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         self.steps[-1].end = self.now()
+        self.steps[-1].pipeline = getattr(trainer.strategy, "step_record", None)
 
     def on_validation_start(self, *_: Any) -> None:
         if self.steps:
@@ -181,6 +218,9 @@ def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
         out["loop_time_s"] = fmean(r["loop_time_s"] for r in per_rank)
     if per_rank[0]["comm_bytes_dp"]:
         out["comm_bytes_per_step/dp"] = per_rank[0]["comm_bytes_dp"]
+    if "bubble_fraction" in per_rank[0]:
+        out["bubble_fraction_measured"] = fmean(r["bubble_fraction"] for r in per_rank)
+        out["comm_bytes_per_step/pp"] = fmean(r["comm_bytes_pp"] for r in per_rank)
     for rank, r in enumerate(per_rank):
         for key in ("compute_time_s", "comm_time_s", "idle_fraction"):
             out[f"rank_{rank}/{key}"] = r[key]

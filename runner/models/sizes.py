@@ -25,6 +25,21 @@ def ffnn_params(cfg: Mapping[str, Any]) -> int:
     return sum(n_in * n_out + n_out for n_in, n_out in zip(widths[:-1], widths[1:], strict=True))
 
 
+def pipeline_layers(cfg: Mapping[str, Any]) -> int:
+    """How many layers a pipeline can split the model into: blocks, or Linear layers."""
+    if cfg.get("_target_") == "runner.models.decoder.Decoder":
+        return cfg["n_layers"]
+    if cfg.get("_target_") == "runner.models.ffnn.FFNN":
+        return len(cfg["hidden"]) + 1
+    return 1  # a neuron, or a model the runner cannot split
+
+
+def balanced_split(layers: int, stages: int) -> list[int]:
+    """Layers per stage, as even as can be, the larger shares first."""
+    share, extra = divmod(layers, stages)
+    return [share + (s < extra) for s in range(stages)]
+
+
 def neuron_params(cfg: Mapping[str, Any]) -> int:
     return cfg["n_inputs"] + 1  # one weight per input and the bias weight
 

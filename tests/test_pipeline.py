@@ -1,0 +1,104 @@
+"""Pipeline parallelism: every schedule equals the single-process run; bad layouts refused."""
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from runner import validate
+from tests.conftest import QUICK, all_runs, compose_job, loss_series, run_cli, train
+
+STEPS = 20
+RELATIVE = 1e-5  # fp32: micro-batch gradients are summed in another order, nothing else differs
+# Models with enough layers for 2 virtual stages per rank; small, so that a step is quick.
+MODELS = {
+    2: {
+        "ffnn": ["model=ffnn", "model.hidden=[64,32,32]"],
+        "decoder": ["model=decoder", "model.n_layers=4", "model.d_model=32", "model.dropout=0"],
+    },
+    4: {
+        "ffnn": ["model=ffnn", "model.hidden=[64,48,48,32,32,32,16]"],
+        "decoder": ["model=decoder", "model.n_layers=8", "model.d_model=32", "model.dropout=0"],
+    },
+}
+COMMON = [f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=10", "data.batch_size=16"]
+SCHEDULE_SWEEPS = [
+    ["parallel.schedule=gpipe,1f1b", "parallel.virtual_stages=1"],
+    ["parallel.schedule=interleaved_1f1b,zero_bubble", "parallel.virtual_stages=2"],
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("model", ["ffnn", "decoder"])
+def test_every_schedule_equals_the_single_process_run(
+    store: str, tmp_path: Path, devices: int, model: str
+) -> None:
+    job = [*MODELS[devices][model], *COMMON]
+    single = loss_series(store, train(*job))
+    layout = ["parallel=pipeline", f"hardware.devices={devices}", "parallel.microbatches=4"]
+    for sweep in SCHEDULE_SWEEPS:
+        done = run_cli(
+            "-m", *job, *layout, *sweep, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    runs = [r for r in all_runs(store) if r.data.tags.get("parallel") == "pipeline"]
+    assert sorted(r.data.params["parallel.schedule"] for r in runs) == sorted(validate.SCHEDULES)
+    for run in runs:
+        assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE), (
+            run.info.run_name
+        )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["hardware.devices=4"], "hardware.devices"),  # 4 stages, 3 layers
+        (["parallel.microbatches=5"], "parallel.microbatches"),  # 64 does not split into 5
+        (["parallel.schedule=chimera"], "parallel.schedule"),
+        (["parallel.virtual_stages=2"], "parallel.virtual_stages"),  # 1f1b has none
+        (["parallel.split=[1,1]"], "parallel.split"),  # 2 layers of 3
+    ],
+)
+def test_bad_layouts_are_refused_before_launch(overrides: list[str], key: str) -> None:
+    cfg, _ = compose_job("model=ffnn", "parallel=pipeline", "hardware.devices=2", *overrides)
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == key
+
+
+@pytest.mark.slow
+def test_the_seeds_pipeline_is_measured_drawn_and_tabled(tmp_path: Path) -> None:
+    done = run_cli("+experiment=seed_pipeline", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    (run,) = all_runs(uri)
+    m = run.data.metrics
+    # The P2P payloads really sent are the activations and gradients the formula counts.
+    assert (
+        m["comm_bytes_per_step/pp"] == m["pred/comm_bytes_per_step/pp"] == 2 * 64 * 3 * 64 * 4 / 4
+    )
+    assert m["bubble_fraction_theory"] == pytest.approx(3 / 7)
+    assert 0 < m["bubble_fraction_measured"] < 1
+    client = MlflowClient(uri)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {
+        "pipeline_gantt.png",
+        "timeline.png",
+        "timeline.trace.json",
+        "pipeline_steps.txt",
+    } <= artifacts
+    trace = json.loads(
+        Path(client.download_artifacts(run.info.run_id, "timeline.trace.json")).read_text()
+    )
+    ranks_with_forward = {e["tid"] for e in trace["traceEvents"] if e.get("cat") == "forward"}
+    assert ranks_with_forward == {0, 1, 2, 3}
+    table = run.data.tags["mlflow.note.content"]
+    assert "11 time steps" in table and "2(m + p - 1) = 14" in table
+    for rank in range(4):  # every rank ran 4 forwards and 4 backwards in the step shown
+        line = next(row for row in table.splitlines() if row.startswith(f"rank {rank}:"))
+        assert sorted(a.split("@")[0] for a in line.split(": ")[1].split()) == [
+            *(f"B{j}" for j in range(4)),
+            *(f"F{j}" for j in range(4)),
+        ]
