@@ -22,6 +22,17 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel
 
 
+def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
+    """A step's wall time split as DESIGN.md defines it: idle = wall - compute, comm beside it."""
+    return {
+        "step_time_s": wall,
+        "compute_time_s": compute,
+        "comm_time_s": comm,
+        "idle_time_s": wall - compute,
+        "idle_fraction": (wall - compute) / wall,
+    }
+
+
 @dataclass
 class Step:
     start: float = 0.0
@@ -49,14 +60,8 @@ class Step:
         compute = (
             forward + (self.last_ready - self.before_backward) + (self.end - self.before_optimizer)
         )
-        return {
-            "step_time_s": wall,
-            "compute_time_s": compute,
-            "comm_time_s": grad_wait + sync,
-            "idle_time_s": wall - compute,
-            "idle_fraction": (wall - compute) / wall,
-            "comm_bytes_dp": float(sum(size for _, _, size in self.buckets)),
-        }
+        bytes_dp = float(sum(size for _, _, size in self.buckets))
+        return shares(wall, compute, grad_wait + sync) | {"comm_bytes_dp": bytes_dp}
 
     def pipeline_figures(self) -> dict[str, float]:
         """Compute = the schedule's forward/backward/weight actions and the optimizer; comm = P2P
@@ -67,12 +72,7 @@ class Step:
         syncs = sum(end - start for start, end in [*p["syncs"], *self.syncs])
         compute = work + p["optimizer"][1] - p["optimizer"][0]
         window = p["window"][1] - p["window"][0]
-        return {
-            "step_time_s": wall,
-            "compute_time_s": compute,
-            "comm_time_s": waits + syncs,
-            "idle_time_s": wall - compute,
-            "idle_fraction": (wall - compute) / wall,
+        return shares(wall, compute, waits + syncs) | {
             "bubble_fraction": 1 - work / window,
             "comm_bytes_pp": float(p["sent_bytes"]),
             "comm_bytes_dp": 0.0,
