@@ -189,6 +189,12 @@ def check_pipeline(cfg: DictConfig, world: int) -> None:
         f"data.batch_size={cfg.data.batch_size} does not split into {p.microbatches} micro-batches",
     )
     require(
+        p.schedule != "1f1b" or p.microbatches >= world,
+        "parallel.microbatches",
+        f"1f1b needs at least one micro-batch per stage ({world}), got {p.microbatches}; "
+        "schedule=gpipe runs any number (1 is plain model parallelism)",
+    )
+    require(
         p.virtual_stages == 1 or p.schedule in MULTI_STAGE,
         "parallel.virtual_stages",
         f"{p.schedule} runs one stage per device; virtual stages need {' or '.join(MULTI_STAGE)}",

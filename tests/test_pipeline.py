@@ -56,6 +56,7 @@ def test_every_schedule_equals_the_single_process_run(
     [
         (["hardware.devices=4"], "hardware.devices"),  # 4 stages, 3 layers
         (["parallel.microbatches=5"], "parallel.microbatches"),  # 64 does not split into 5
+        (["parallel.microbatches=1"], "parallel.microbatches"),  # 1f1b: one per stage at least
         (["parallel.schedule=chimera"], "parallel.schedule"),
         (["parallel.virtual_stages=2"], "parallel.virtual_stages"),  # 1f1b has none
         (["parallel.split=[1,1]"], "parallel.split"),  # 2 layers of 3
