@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,19 +31,16 @@ class Run:
     run_id: str
 
     def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
-        now = _now_ms()
-        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
-        for i in range(0, len(batch), MAX_PARAMS_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=batch[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+        now = int(time.time() * 1000)
+        self.log_batch("metrics", [Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def log_batch(self, kind: str, entries: list[Any]) -> None:
+        """Metrics or params, in batches as large as MLflow takes."""
+        for i in range(0, len(entries), MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, **{kind: entries[i : i + MAX_PARAMS_TAGS_PER_BATCH]})
 
     def end(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status)
-
-
-def _now_ms() -> int:
-    import time
-
-    return int(time.time() * 1000)
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
@@ -106,9 +104,7 @@ def recorded_run(
     tags = run_tags(cfg, choices, world_size)
     run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
-        params = [Param(k, v) for k, v in flatten(cfg).items()]
-        for i in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
-            client.log_batch(run.run_id, params=params[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+        run.log_batch("params", [Param(k, v) for k, v in flatten(cfg).items()])
         client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         client.log_text(
             run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"

@@ -140,7 +140,9 @@ def check_fits(cfg: DictConfig) -> None:
     params = param_count(cfg.model)
     if params is None:
         return
-    need = params * BYTES_PER_PARAM_TRAINING / 2**30  # whole model per device: none and data
+    need = (
+        params * BYTES_PER_PARAM_TRAINING / 2**30
+    )  # whole model per device (pipeline: an upper bound)
     have = cfg.hardware.memory_gib or host_memory_gib()
     require(
         need <= have,
