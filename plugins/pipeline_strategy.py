@@ -1,9 +1,11 @@
 """A Lightning strategy for pipeline parallelism, driving torch.distributed.pipelining.
 
-Lightning has none. This one reuses DDPStrategy's process group, ranks and reductions but, where
-DDP would wrap the model, splits it into this rank's stages and builds the schedule; each training
-step is then one `schedule.step` over the micro-batches and one optimizer step. The LightningModule
-stays as it is: the strategy switches it to manual optimization and runs the step itself.
+Lightning has none. This one reuses the mesh strategy's process group and device mesh but, where
+DDP would wrap the model, splits it into this rank's stages (each split over the mesh's tp
+dimension, and wrapped in DDP over its dp dimension, where those have more than one rank) and
+builds the schedule over the pp dimension; each training step is then one `schedule.step` over the
+micro-batches and one optimizer step. The LightningModule stays as it is: the strategy switches it
+to manual optimization and runs the step itself.
 """
 
 from __future__ import annotations
@@ -13,26 +15,35 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
+from plugins.mesh_strategy import MeshStrategy
 from runner.models.decoder import Decoder
 from runner.parallel.pipeline import (
     MULTI_STAGE,
     SCHEDULES,
+    stage_examples,
     stage_module,
     stages_of,
 )
 from runner.parallel.pipeline_trace import PipelineTrace
 
 
-class PipelineStrategy(DDPStrategy):
+class PipelineStrategy(MeshStrategy):
     strategy_name = "pipeline"
 
-    def __init__(self, schedule: str, microbatches: int, split: list[int], virtual: int, **kw: Any):
+    def __init__(
+        self,
+        schedule: str,
+        microbatches: int,
+        split: list[int],
+        virtual: int,
+        microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
+        **kw: Any,
+    ):
         super().__init__(**kw)
-        self.schedule_name, self.microbatches = schedule, microbatches
+        self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
         self.split, self.virtual = split, virtual
         self.trace = PipelineTrace()
         self.step_record: dict[str, Any] = {}  # the last step's timeline, for RankTiming
@@ -41,14 +52,12 @@ class PipelineStrategy(DDPStrategy):
     def configure_ddp(self) -> None:
         module = self.lightning_module
         module.automatic_optimization = False  # the schedule runs forward and backward
-        full, n_stages = module.model, len(self.split)
-        self.stage_ids = stages_of(self.global_rank, self.world_size, self.virtual)
-        parts = [stage_module(full, s, self.split) for s in self.stage_ids]
+        full, n_stages, pp = module.model, len(self.split), self.shape.pp
+        self.stage_ids = stages_of(self.coords["pp"], pp, self.virtual)
+        parts = [self.split_layers(stage_module(full, s, self.split)) for s in self.stage_ids]
+        pairs = zip(parts, self.stage_ids, strict=True)
+        self.stages = [self._stage(full, part, s) for part, s in pairs]
         module.model = nn.ModuleList(parts)  # this rank's parameters only: its optimizer's
-        self.stages = [
-            PipelineStage(part, s, n_stages, self.root_device)
-            for part, s in zip(parts, self.stage_ids, strict=True)
-        ]
         self.trace.instrument(self.stages)
         multi = self.schedule_name in MULTI_STAGE
         self.schedule = SCHEDULES[self.schedule_name](
@@ -57,12 +66,32 @@ class PipelineStrategy(DDPStrategy):
             loss_fn=module.loss_fn,
         )
         self.first, self.last = 0 in self.stage_ids, n_stages - 1 in self.stage_ids
-        # The decoder's embedding is tied to its output layer: first and last stage each hold a
-        # copy and sum their gradients every step (Megatron's embedding all-reduce).
-        ends = sorted({0, (n_stages - 1) % self.world_size})
-        tied = isinstance(full, Decoder) and len(ends) == 2
-        group = dist.new_group(ends) if tied else None  # every rank takes part in new_group
-        self.tied = group if (self.first or self.last) else None
+        self.last_pp = (n_stages - 1) % pp  # the pp index of the rank holding the last stage
+        self.tied = self._tied_group() if isinstance(full, Decoder) else None
+
+    def _stage(self, full: nn.Module, part: nn.Module, index: int) -> PipelineStage:
+        """One stage over the pp dimension, its inputs' and outputs' shapes given up front."""
+        return PipelineStage(
+            self.replicate(part),
+            index,
+            len(self.split),
+            self.root_device,
+            *stage_examples(full, index, self.split, *self.microbatch),
+            group=self.device_mesh["pp"].get_group(),
+        )
+
+    def _tied_group(self) -> dist.ProcessGroup | None:
+        """The decoder's embedding is tied to its output layer: the first and last stage each hold
+        a copy and sum their gradients every step (Megatron's embedding all-reduce), one group per
+        (dp, tp) position. Every rank takes part in creating every group."""
+        mine = None
+        for dp in range(self.shape.dp):
+            for tp in range(self.shape.tp):
+                ends = [self.shape.rank(0, dp, tp), self.shape.rank(self.last_pp, dp, tp)]
+                group = dist.new_group(ends)
+                if self.global_rank in ends:
+                    mine = group
+        return mine
 
     def _run_schedule(self, batch: Any, train: bool) -> torch.Tensor:
         x, y = batch
@@ -83,7 +112,9 @@ class PipelineStrategy(DDPStrategy):
     def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, tuple[float, float]]:
         """Only the last stage computes the loss; every rank gets it (rank 0 logs it)."""
         start = time.perf_counter()
-        dist.broadcast(loss, src=(len(self.split) - 1) % self.world_size)
+        c = self.coords
+        src = self.shape.rank(self.last_pp, c["dp"], c["tp"])
+        dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
         return loss, (start, time.perf_counter())
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -104,10 +135,11 @@ class PipelineStrategy(DDPStrategy):
             "sent_bytes": sent,
             "syncs": [*syncs, broadcast],
         }
-        self.lightning_module.log("train_loss", loss, prog_bar=True)
+        # With data-parallel replicas, the mean of theirs: the loss of the global batch.
+        self.lightning_module.log("train_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)
         return loss
 
     def validation_step(self, *args: Any, **kwargs: Any) -> None:
         loss, _ = self._from_last_stage(self._run_schedule(args[0], train=False))
         self.trace.take()  # evaluation is not part of any training step's timeline
-        self.lightning_module.log("val_loss", loss, prog_bar=True)
+        self.lightning_module.log("val_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)

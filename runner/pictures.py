@@ -16,10 +16,13 @@ COLORS = {
     "optimizer": "#55A868",
     "all-reduce": "#C44E52",
     "p2p wait": "#937860",
+    "tp all-reduce": "#DA8BC3",
+    "tp all-gather": "#8C8C8C",
+    "tp reduce-scatter": "#CCB974",
     "idle": "#E5E5E5",
 }
 # Compute fills the row; communication runs beside it (it may overlap compute), in a band below.
-COMM_KINDS = {"all-reduce", "p2p wait"}
+COMM_KINDS = {"all-reduce", "p2p wait", "tp all-reduce", "tp all-gather", "tp reduce-scatter"}
 
 
 Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro-batch number)

@@ -1,14 +1,18 @@
 """Predictions from formulas, logged as `pred/...` beside what a run measures.
 
-The seed's and nccl-tests' arithmetic: payload S per collective call; a ring all-reduce moves
-2(n-1)/n * S per rank; data parallelism all-reduces every trainable gradient once per step.
+The seed's, nccl-tests' and Megatron-LM's arithmetic: payload S per collective call; a ring
+all-reduce moves 2(n-1)/n * S per rank; data parallelism all-reduces every gradient a rank holds
+once per step; tensor parallelism all-reduces b*s*h activations twice forward and twice backward
+per block and micro-batch; a pipeline boundary carries each activation forward and its gradient
+back. Per-rank figures are means over ranks (pipeline stages differ), as the runs measure them.
 """
 
 from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from runner.models.sizes import balanced_split, param_count, pipeline_layers
+from runner.mesh import Mesh, mesh_of
+from runner.models.sizes import column_row_pairs, param_count, stage_layers
 
 FP32_BYTES = 4
 
@@ -18,45 +22,107 @@ def ring_allreduce_bytes(payload: float, n: int) -> float:
     return 2 * (n - 1) / n * payload
 
 
-def data_parallel(cfg: DictConfig, world: int) -> dict[str, float]:
-    params = param_count(cfg.model)
-    if cfg.parallel.name != "data" or world < 2 or params is None:
-        return {}
-    payload = params * FP32_BYTES
-    return {
-        "pred/comm_bytes_per_step/dp": payload,
-        "pred/ring_bytes_per_step/dp": ring_allreduce_bytes(payload, world),
-    }
-
-
 def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
     """Idle share of a pipeline step: (p - 1) / (v*m + p - 1), p stages, m micro-batches."""
     return (stages - 1) / (virtual * microbatches + stages - 1)
 
 
-def boundary_elements(cfg: DictConfig, split: list[int]) -> list[int]:
+def is_decoder(m: DictConfig) -> bool:
+    return m.get("_target_", "").endswith("Decoder")
+
+
+def widths(m: DictConfig) -> list[int]:
+    return [m.in_features, *m.hidden, m.out_features]
+
+
+def decoder_block_params(d: int, tp: int) -> int:
+    """One block's parameters on one tensor-parallel rank: split layers hold 1/tp of theirs, the
+    row-parallel biases and the norms are whole."""
+    q_k_v = 3 * (d * d + d) // tp
+    out = d * d // tp + d
+    up, down = (4 * d * d + 4 * d) // tp, 4 * d * d // tp + d
+    return q_k_v + out + up + down + 4 * d
+
+
+def ffnn_stage_params(m: DictConfig, layers: range, tp: int) -> int:
+    w = widths(m)
+    column = {c for c, _ in column_row_pairs(layers)} if tp > 1 else set()
+    row = {c + 1 for c in column}
+
+    def linear(i: int) -> int:
+        weights, bias = w[i] * w[i + 1], w[i + 1]
+        if i in column:
+            return (weights + bias) // tp
+        return weights // tp + bias if i in row else weights + bias
+
+    return sum(linear(i) for i in layers)
+
+
+def stage_params(m: DictConfig, layers: range, ends: bool, tp: int) -> int | None:
+    """Trainable parameters of one stage on one rank (`ends`: it holds the first or last stage)."""
+    if is_decoder(m):
+        embedding = m.vocab_size * m.d_model if ends else 0
+        return embedding + len(layers) * decoder_block_params(m.d_model, tp)
+    if m.get("_target_", "").endswith("FFNN"):
+        return ffnn_stage_params(m, layers, tp)
+    return param_count(m)  # one piece, never split; None for a model of someone else's
+
+
+def data_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range]) -> dict[str, float]:
+    last = len(stages) - 1
+    per_stage = [stage_params(cfg.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)]
+    if mesh.dp < 2 or None in per_stage:
+        return {}
+    payload = sum(per_stage) * FP32_BYTES / mesh.pp  # every gradient a rank holds, once
+    return {
+        "pred/comm_bytes_per_step/dp": payload,
+        "pred/ring_bytes_per_step/dp": ring_allreduce_bytes(payload, mesh.dp),
+    }
+
+
+def tensor_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range]) -> dict[str, float]:
+    if mesh.tp < 2:
+        return {}
+    m, samples = cfg.model, cfg.data.batch_size // mesh.dp  # a replica's, over its micro-batches
+    if is_decoder(m):
+        elements = 4 * samples * cfg.data.seq_len * m.d_model * m.n_layers
+    else:
+        w = widths(m)
+        pairs = [pair for s in stages for pair in column_row_pairs(s)]
+        # Forward: the row layer's output; backward: the column layer's input gradient, which the
+        # model's first layer has none of (its input is the data).
+        elements = sum(samples * (w[r + 1] + (w[c] if c else 0)) for c, r in pairs)
+    return {"pred/comm_bytes_per_step/tp": elements * FP32_BYTES / mesh.pp}
+
+
+def boundary_elements(cfg: DictConfig, stages: list[range]) -> list[int]:
     """Elements of one sample's activation crossing each boundary between stages."""
     m = cfg.model
-    cuts = [sum(split[: s + 1]) for s in range(len(split) - 1)]
-    if m._target_.endswith("Decoder"):
-        return [cfg.data.seq_len * m.d_model for _ in cuts]
-    widths = [m.in_features, *m.hidden, m.out_features]
-    return [widths[cut] for cut in cuts]
+    if is_decoder(m):
+        return [cfg.data.seq_len * m.d_model for _ in stages[1:]]
+    return [widths(m)[s.start] for s in stages[1:]]
 
 
-def pipeline(cfg: DictConfig, world: int) -> dict[str, float]:
-    if cfg.parallel.name != "pipeline" or world < 2:
+def pipeline(cfg: DictConfig, mesh: Mesh, stages: list[range]) -> dict[str, float]:
+    if mesh.pp < 2:
         return {}
     p = cfg.parallel
-    stages = world * p.virtual_stages
-    split = list(p.split) if p.split else balanced_split(pipeline_layers(cfg.model), stages)
-    # Each boundary carries every sample's activation forward and its gradient back, once.
-    total = sum(2 * cfg.data.batch_size * n * FP32_BYTES for n in boundary_elements(cfg, split))
+    # Each boundary carries every sample's activation forward and its gradient back, once; every
+    # tensor-parallel rank of a stage sends its own copy.
+    total = sum(2 * cfg.data.batch_size * n * FP32_BYTES for n in boundary_elements(cfg, stages))
     return {
-        "bubble_fraction_theory": bubble_fraction(world, p.microbatches, p.virtual_stages),
-        "pred/comm_bytes_per_step/pp": total / world,  # sent per rank, mean over ranks
+        "bubble_fraction_theory": bubble_fraction(mesh.pp, p.microbatches, p.virtual_stages),
+        "pred/comm_bytes_per_step/pp": total / (mesh.pp * mesh.dp),
     }
 
 
 def predict(cfg: DictConfig, world: int) -> dict[str, float]:
-    return data_parallel(cfg, world) | pipeline(cfg, world)
+    mesh = mesh_of(cfg)
+    if world < 2:
+        return {}
+    stages = stage_layers(cfg.model, cfg.parallel)
+    return (
+        data_parallel(cfg, mesh, stages)
+        | tensor_parallel(cfg, mesh, stages)
+        | pipeline(cfg, mesh, stages)
+    )

@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from runner import step_table
 from runner.cluster import world_size
+from runner.mesh import mesh_of
 from runner.pictures import Span, rank_timeline
 from runner.planner import predict
 from runner.tracking import Run
@@ -48,12 +49,12 @@ def record_training(
     spans = [rank["spans"] for rank in gathered]
     if not (spans and all(spans)):
         return
-    layout = f"{cfg.parallel.name} parallel, {world} rank(s)"
+    layout = f"{mesh_of(cfg).layout} parallel, {world} rank(s)"
     run.client.log_figure(
         run_id, rank_timeline(spans, f"{layout}: {len(spans[0])} steps"), "timeline.png"
     )
     run.client.log_dict(run_id, chrome_trace(spans), "timeline.trace.json")
-    if cfg.parallel.name == "pipeline" and world > 1:
+    if mesh_of(cfg).pp > 1:
         record_pipeline(cfg, run, [steps[:1] for steps in spans], layout, figures)
 
 
@@ -63,7 +64,9 @@ def record_pipeline(
     p = cfg.parallel
     title = f"{layout}, {p.schedule}, {p.microbatches} micro-batches: one step"
     run.client.log_figure(run.run_id, rank_timeline(one_step, title), "pipeline_gantt.png")
-    table = step_table.report(world_size(cfg), p.microbatches, p.schedule, [s[0] for s in one_step])
+    mesh = mesh_of(cfg)
+    pipeline = [one_step[mesh.rank(s, 0, 0)][0] for s in range(mesh.pp)]  # replica 0, shard 0
+    table = step_table.report(mesh.pp, p.microbatches, p.schedule, pipeline)
     run.client.log_text(run.run_id, table, "pipeline_steps.txt")
     bubble = bubble_note(figures, world_size(cfg))
     run.client.set_tag(run.run_id, "mlflow.note.content", f"{bubble}\n\n```\n{table}\n```")

@@ -65,7 +65,11 @@ class TextDataConfig(DataConfig):
 # --- parallel layout, hardware, trainer, logger ---
 @dataclass
 class ParallelConfig:
-    name: str = "none"  # none | data | pipeline
+    # The device mesh: data-parallel replicas x pipeline stages x tensor-parallel shards. One size
+    # may be null: it takes the processes the others leave (runner/mesh.py).
+    dp: int | None = 1
+    pp: int | None = 1
+    tp: int | None = 1
     bucket_cap_mb: float = 25.0  # data: DDP's gradient bucket size (one all-reduce per bucket)
     microbatches: int = 1  # pipeline: micro-batches per global batch (1: plain model parallelism)
     schedule: str = "1f1b"  # pipeline: gpipe | 1f1b | interleaved_1f1b | zero_bubble
@@ -76,7 +80,7 @@ class ParallelConfig:
 @dataclass
 class HardwareConfig:
     accelerator: str = "cpu"  # cpu (gloo) | gpu (nccl)
-    devices: int = 1  # processes (one per device) on each node
+    devices: int | None = None  # processes (one per device) per node; None: what the mesh needs
     nodes: int = 1  # more than 1: start one runner per node with torchrun or SLURM
     threads_per_rank: int | None = None  # None: cores / ranks
     memory_gib: float | None = None  # None: read from this host

@@ -21,6 +21,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import DictConfig, OmegaConf
 
+from runner.mesh import mesh_of
+
 PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
 NESTED_TAG = "mlflow.parentRunId"  # what the MLflow UI nests children by
 
@@ -80,7 +82,7 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
     tags = {
         "model": choices["model"],
         "data": choices.get("data"),
-        "parallel": cfg.parallel.name,
+        "parallel": mesh_of(cfg).layout,
         "hardware": choices["hardware"],
         "world_size": str(world_size),
         "mode": cfg.mode,
@@ -99,7 +101,7 @@ def recorded_run(
     """Open the job's run and end it FINISHED if the body returns, FAILED on any exception
     (Ctrl-C too) or if recording the config itself fails: never left RUNNING."""
     client = MlflowClient(cfg.logger.tracking_uri)
-    name = cfg.logger.run_name or run_name(choices, cfg.parallel.name, overrides)
+    name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
     exp = experiment_id(client, cfg.logger.experiment_name)
     tags = run_tags(cfg, choices, world_size)
     run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)

@@ -97,7 +97,7 @@ def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
     )
     timing = RankTiming(cfg.trainer.warmup_steps, cuda=cfg.hardware.accelerator == "gpu")
     trainer = build_trainer(cfg, run_id, timing)
-    shard = parallel.data_shard(cfg, trainer.global_rank, trainer.world_size)
+    shard = parallel.data_shard(cfg, trainer.global_rank)
     train_loader, val_loader = loaders(splits, cfg, *shard)
     if len(train_loader) == 0:
         raise ConfigError(

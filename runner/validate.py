@@ -12,28 +12,21 @@ from collections.abc import Callable
 from omegaconf import DictConfig
 
 from runner.cluster import external_launcher, started_processes, world_size
-from runner.models.sizes import param_count, pipeline_layers
+from runner.errors import ConfigError, require
+from runner.mesh import Mesh, settle
+from runner.models.sizes import column_row_pairs, param_count, pipeline_layers, stage_layers
 
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
 LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
 OPTIMIZERS = ("adamw", "sgd")
 MODES = ("train", "example")
-LAYOUTS = ("none", "data", "pipeline")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")
 EXAMPLES = ("neuron", "backprop")
 BYTES_PER_PARAM_TRAINING = 16  # fp32 weights, gradients and two Adam moments
 
 
-class ConfigError(ValueError):
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-
-
-def require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise ConfigError(key, message)
+__all__ = ["ConfigError", "validate"]
 
 
 def one_of(value: object, key: str, allowed: tuple[str, ...]) -> None:
@@ -153,7 +146,7 @@ def check_fits(cfg: DictConfig) -> None:
 
 
 def check_hardware(cfg: DictConfig) -> None:
-    positive(cfg.hardware, "hardware", "devices", "nodes")
+    positive(cfg.hardware, "hardware", "nodes")
     one_of(cfg.hardware.accelerator, "hardware.accelerator", ("cpu", "gpu"))
     threads = cfg.hardware.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
@@ -166,34 +159,38 @@ def check_hardware(cfg: DictConfig) -> None:
 
 
 def check_layout(cfg: DictConfig) -> None:
-    one_of(cfg.parallel.name, "parallel.name", LAYOUTS)
-    world = world_size(cfg)
-    if cfg.parallel.name == "none":
-        require(world == 1, "hardware.devices", f"parallel=none runs on 1 device, got {world}")
-    if cfg.parallel.name == "data":
+    devices = cfg.hardware.devices
+    require(devices is None or devices > 0, "hardware.devices", "must be positive or null")
+    started = started_processes() if external_launcher() else None
+    mesh = settle(cfg, started)  # fills the sizes left null; refuses dp x pp x tp != processes
+    if mesh.dp > 1:
         require(
-            cfg.data.batch_size % world == 0,
+            cfg.data.batch_size % mesh.dp == 0,
             "data.batch_size",
-            f"{cfg.data.batch_size} does not split into {world} data-parallel shards",
+            f"{cfg.data.batch_size} does not split into {mesh.dp} data-parallel shards",
         )
         require(cfg.parallel.bucket_cap_mb > 0, "parallel.bucket_cap_mb", "must be positive")
-    if cfg.parallel.name == "pipeline":
-        check_pipeline(cfg, world)
+    if mesh.pp > 1:
+        check_pipeline(cfg, mesh)
+    if mesh.tp > 1:
+        check_tensor(cfg, mesh)
 
 
-def check_pipeline(cfg: DictConfig, world: int) -> None:
+def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
     p = cfg.parallel
     one_of(p.schedule, "parallel.schedule", SCHEDULES)
     positive(p, "parallel", "microbatches", "virtual_stages")
+    shard = cfg.data.batch_size // mesh.dp
     require(
-        cfg.data.batch_size % p.microbatches == 0,
+        shard % p.microbatches == 0,
         "parallel.microbatches",
-        f"data.batch_size={cfg.data.batch_size} does not split into {p.microbatches} micro-batches",
+        f"a batch of {shard} per data-parallel replica does not split into {p.microbatches} "
+        "micro-batches",
     )
     require(
-        p.schedule != "1f1b" or p.microbatches >= world,
+        p.schedule != "1f1b" or p.microbatches >= mesh.pp,
         "parallel.microbatches",
-        f"1f1b needs at least one micro-batch per stage ({world}), got {p.microbatches}; "
+        f"1f1b needs at least one micro-batch per stage ({mesh.pp}), got {p.microbatches}; "
         "schedule=gpipe runs any number (1 is plain model parallelism)",
     )
     require(
@@ -201,11 +198,11 @@ def check_pipeline(cfg: DictConfig, world: int) -> None:
         "parallel.virtual_stages",
         f"{p.schedule} runs one stage per device; virtual stages need {' or '.join(MULTI_STAGE)}",
     )
-    stages, layers = world * p.virtual_stages, pipeline_layers(cfg.model)
+    stages, layers = mesh.pp * p.virtual_stages, pipeline_layers(cfg.model)
     require(
         stages <= layers,
-        "hardware.devices",
-        f"{stages} pipeline stages (devices x virtual stages) for a model of {layers} layer(s)",
+        "parallel.pp",
+        f"{stages} pipeline stages (parallel.pp x virtual stages) for a model of {layers} layer(s)",
     )
     if p.split is not None:
         require(
@@ -213,6 +210,36 @@ def check_pipeline(cfg: DictConfig, world: int) -> None:
             "parallel.split",
             f"needs {stages} positive layer counts summing to {layers}, got {list(p.split)}",
         )
+
+
+def check_tensor(cfg: DictConfig, mesh: Mesh) -> None:
+    """Every split layer must split evenly: heads, FFN width, the FFNN's paired widths."""
+    m, tp = cfg.model, mesh.tp
+    target = m.get("_target_", "")
+    if target.endswith("Decoder"):
+        require(
+            m.n_heads % tp == 0, "model.n_heads", f"{m.n_heads} heads do not split into tp={tp}"
+        )
+        require(
+            4 * m.d_model % tp == 0,
+            "model.d_model",
+            f"the FFN's width 4 x {m.d_model} does not split into tp={tp}",
+        )
+        return
+    require(
+        target.endswith("FFNN"),
+        "parallel.tp",
+        "tensor parallelism splits model=ffnn or model=decoder; this model has no layer to split",
+    )
+    pairs = [pair for stage in stage_layers(m, cfg.parallel) for pair in column_row_pairs(stage)]
+    require(
+        bool(pairs),
+        "parallel.tp",
+        "no pipeline stage holds two Linear layers to split as a column/row pair",
+    )
+    for column, _ in pairs:
+        width = m.hidden[column]
+        require(width % tp == 0, f"model.hidden[{column}]", f"{width} does not split into tp={tp}")
 
 
 def check_launch(cfg: DictConfig) -> None:

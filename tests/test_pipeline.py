@@ -54,7 +54,7 @@ def test_every_schedule_equals_the_single_process_run(
 @pytest.mark.parametrize(
     ("overrides", "key"),
     [
-        (["hardware.devices=4"], "hardware.devices"),  # 4 stages, 3 layers
+        (["hardware.devices=4"], "parallel.pp"),  # 4 stages, 3 layers
         (["parallel.microbatches=5"], "parallel.microbatches"),  # 64 does not split into 5
         (["parallel.microbatches=1"], "parallel.microbatches"),  # 1f1b: one per stage at least
         (["parallel.schedule=chimera"], "parallel.schedule"),

@@ -5,6 +5,8 @@ DDP a communication hook wraps the gradient all-reduce of every bucket, counting
 stamping when the bucket was ready and when its all-reduce finished. The rank is blocked on
 communication from the last bucket's launch until backward returns (DDP waits there for every
 all-reduce); Lightning's loss synchronization for logging is wrapped and counted as blocked too.
+Tensor parallelism's collectives run inside forward and backward: each is timed and counted
+(tensor_collectives.py) and its time moves from compute to comm.
 
 Definitions (DESIGN.md): compute = forward + backward + optimizer work; comm = time blocked in a
 collective; idle = step wall - compute, so idle holds the exposed communication.
@@ -20,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
+
+from runner.callbacks import tensor_collectives
 
 
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
@@ -45,10 +49,19 @@ class Step:
     pipeline: dict[str, Any] | None = None  # a pipeline step's schedule actions (strategy's record)
     syncs: list[tuple[float, float]] = field(default_factory=list)  # other blocking collectives
     buckets: list[tuple[float, float, int]] = field(default_factory=list)  # ready, done, bytes
+    tensor: list[tuple[str, float, float, int]] = field(default_factory=list)  # kind, start, end, B
 
     @property
     def last_ready(self) -> float:
         return max((ready for ready, _, _ in self.buckets), default=self.after_backward)
+
+    def communication(self) -> dict[str, float]:
+        """Payloads per mesh dimension, and the time tensor parallelism's collectives blocked."""
+        return {
+            "comm_bytes_dp": float(sum(size for _, _, size in self.buckets)),
+            "comm_bytes_tp": float(sum(size for *_, size in self.tensor)),
+            "tp_time": sum(end - start for _, start, end, _ in self.tensor),
+        }
 
     def figures(self) -> dict[str, float]:
         if self.pipeline:
@@ -60,23 +73,37 @@ class Step:
         compute = (
             forward + (self.last_ready - self.before_backward) + (self.end - self.before_optimizer)
         )
-        bytes_dp = float(sum(size for _, _, size in self.buckets))
-        return shares(wall, compute, grad_wait + sync) | {"comm_bytes_dp": bytes_dp}
+        comm = self.communication()
+        tp_time = comm.pop("tp_time")
+        return shares(wall, compute - tp_time, grad_wait + sync + tp_time) | comm
 
     def pipeline_figures(self) -> dict[str, float]:
-        """Compute = the schedule's forward/backward/weight actions and the optimizer; comm = P2P
-        waits and collectives; the bubble = what the schedule's window leaves idle."""
+        """Compute = the schedule's forward/backward/weight actions and the optimizer, less the
+        collectives inside them (tensor parallelism's; the data-parallel all-reduce the last
+        backward waits for); comm = those, P2P waits and other collectives; the bubble = what the
+        schedule's window leaves idle."""
         p, wall = self.pipeline, self.end - self.start
-        work = sum(end - start for kind, start, end, _ in p["actions"] if kind != "wait")
+        comm = self.communication()
+        inside = comm.pop("tp_time") + self.grad_wait()
+        work = sum(end - start for kind, start, end, _ in p["actions"] if kind != "wait") - inside
         waits = sum(end - start for kind, start, end, _ in p["actions"] if kind == "wait")
         syncs = sum(end - start for start, end in [*p["syncs"], *self.syncs])
         compute = work + p["optimizer"][1] - p["optimizer"][0]
         window = p["window"][1] - p["window"][0]
-        return shares(wall, compute, waits + syncs) | {
-            "bubble_fraction": 1 - work / window,
-            "comm_bytes_pp": float(p["sent_bytes"]),
-            "comm_bytes_dp": 0.0,
-        }
+        return (
+            shares(wall, compute, waits + syncs + inside)
+            | comm
+            | {
+                "bubble_fraction": 1 - work / window,
+                "comm_bytes_pp": float(p["sent_bytes"]),
+            }
+        )
+
+    def grad_wait(self) -> float:
+        """How long the last bucket's all-reduce outlasted its launch: the exposed part."""
+        if not self.buckets:
+            return 0.0
+        return max(done for _, done, _ in self.buckets) - self.last_ready
 
     def spans(self, origin: float) -> list[tuple[str, float, float, str]]:
         """(kind, start, end, label) relative to origin, for the timeline pictures."""
@@ -89,6 +116,7 @@ class Step:
         ]
         spans += [("all-reduce", ready, done) for ready, done, _ in self.buckets]
         spans += [("all-reduce", start, end) for start, end in self.syncs]
+        spans += [(kind, start, end) for kind, start, end, _ in self.tensor]
         return [(kind, a - origin, b - origin, "") for kind, a, b in spans]
 
     def pipeline_spans(self, origin: float) -> list[tuple[str, float, float, str]]:
@@ -99,8 +127,10 @@ class Step:
             for kind, start, end, mb in p["actions"]
         ]
         spans.append(("optimizer", p["optimizer"][0] - origin, p["optimizer"][1] - origin, ""))
-        syncs = [*p["syncs"], *self.syncs]
-        return spans + [("all-reduce", a - origin, b - origin, "") for a, b in syncs]
+        comm = [("all-reduce", a, b) for a, b in [*p["syncs"], *self.syncs]]
+        comm += [("all-reduce", ready, done) for ready, done, _ in self.buckets]
+        comm += [(kind, a, b) for kind, a, b, _ in self.tensor]
+        return spans + [(kind, a - origin, b - origin, "") for kind, a, b in comm]
 
 
 class RankTiming(pl.Callback):
@@ -125,13 +155,20 @@ class RankTiming(pl.Callback):
 
     # --- what runs ---
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        model = trainer.strategy.model
-        if isinstance(model, DistributedDataParallel):
-            model.register_comm_hook(None, self._counting_allreduce)
+        # DDP wraps the whole module (data parallelism) or parts of it (the mesh strategies'
+        # replicas): hook each, over its own process group (the dp dimension of a mesh).
+        for model in [trainer.strategy.model, *getattr(trainer.strategy, "replicas", [])]:
+            if isinstance(model, DistributedDataParallel):
+                model.register_comm_hook(model.process_group, self._counting_allreduce)
         if dist.is_available() and dist.is_initialized():
             self._wrap_reduce(trainer.strategy)
+            tensor_collectives.install(self._record_tensor)
             dist.barrier()  # a common origin for every rank's clock
         self.origin = self.now()
+
+    def _record_tensor(self, kind: str, start: float, end: float, size: int) -> None:
+        if self.in_step:  # validation's forward runs collectives too: not part of a step
+            self.steps[-1].tensor.append((kind, start, end, size))
 
     def _counting_allreduce(
         self, state: Any, bucket: dist.GradBucket
@@ -216,11 +253,13 @@ def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
     out["idle_fraction_max"] = max(r["idle_fraction"] for r in per_rank)
     if "loop_time_s" in per_rank[0]:
         out["loop_time_s"] = fmean(r["loop_time_s"] for r in per_rank)
-    if per_rank[0]["comm_bytes_dp"]:
-        out["comm_bytes_per_step/dp"] = per_rank[0]["comm_bytes_dp"]
+    # Payloads per rank; the mean over ranks where they differ (pipeline stages do).
+    for dim in ("dp", "tp", "pp"):
+        sizes = [r.get(f"comm_bytes_{dim}", 0.0) for r in per_rank]
+        if any(sizes):
+            out[f"comm_bytes_per_step/{dim}"] = fmean(sizes)
     if "bubble_fraction" in per_rank[0]:
         out["bubble_fraction_measured"] = fmean(r["bubble_fraction"] for r in per_rank)
-        out["comm_bytes_per_step/pp"] = fmean(r["comm_bytes_pp"] for r in per_rank)
     for rank, r in enumerate(per_rank):
         for key in ("compute_time_s", "comm_time_s", "idle_fraction"):
             out[f"rank_{rank}/{key}"] = r[key]

@@ -58,3 +58,18 @@ COUNTERS = {
     "runner.models.ffnn.FFNN": ffnn_params,
     "runner.models.decoder.Decoder": decoder_params,
 }
+
+
+def stage_layers(model_cfg: Mapping[str, Any], parallel_cfg: Mapping[str, Any]) -> list[range]:
+    """The layers of each pipeline stage (one stage when there is no pipeline)."""
+    stages = parallel_cfg["pp"] * parallel_cfg["virtual_stages"]
+    split = parallel_cfg["split"]
+    split = list(split) if split else balanced_split(pipeline_layers(model_cfg), stages)
+    ends = [sum(split[: s + 1]) for s in range(len(split))]
+    return [range(end - n, end) for end, n in zip(ends, split, strict=True)]
+
+
+def column_row_pairs(layers: range) -> list[tuple[int, int]]:
+    """The FFNN's Linear layers that tensor parallelism splits as a pair inside one stage: the first
+    by columns, the second by rows (Megatron's MLP); an odd last layer stays whole."""
+    return [(i, i + 1) for i in range(layers.start, layers.stop - 1, 2)]

@@ -1,45 +1,61 @@
 """Parallel layouts: each takes the plain model as it is and decides how it runs on many devices.
 
-A layout is one module here exposing `strategy(cfg)`, the Lightning strategy that runs it; a new
-layout is one new file and one line in LAYOUTS.
+The device mesh (runner/mesh.py) says which: data-parallel replicas only is Lightning's DDP; any
+tensor-parallel split is the mesh strategy (plugins/mesh_strategy.py); any pipeline is the pipeline
+strategy, which also splits its stages over tp and replicates them over dp.
 """
 
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import Strategy
 
-from runner.cluster import world_size
-from runner.models.sizes import balanced_split, pipeline_layers
+from runner.mesh import Mesh, mesh_of
+from runner.models.sizes import stage_layers
 
 
 def backend(cfg: DictConfig) -> str:
     return "nccl" if cfg.hardware.accelerator == "gpu" else "gloo"
 
 
-def _data(cfg: DictConfig) -> Strategy:
+def _data(cfg: DictConfig, mesh: Mesh) -> Strategy:
     from runner.parallel import data
 
     return data.strategy(cfg)
 
 
-def _pipeline(cfg: DictConfig) -> Strategy:
+def _tensor(cfg: DictConfig, mesh: Mesh) -> Strategy:
+    from plugins.mesh_strategy import MeshStrategy
+
+    return MeshStrategy(mesh, cfg.parallel.bucket_cap_mb, process_group_backend=backend(cfg))
+
+
+def _pipeline(cfg: DictConfig, mesh: Mesh) -> Strategy:
     from plugins.pipeline_strategy import PipelineStrategy
 
-    p, stages = cfg.parallel, world_size(cfg) * cfg.parallel.virtual_stages
-    split = list(p.split) if p.split else balanced_split(pipeline_layers(cfg.model), stages)
+    p = cfg.parallel
+    split = [len(layers) for layers in stage_layers(cfg.model, p)]
+    microbatch = cfg.data.batch_size // (mesh.dp * p.microbatches)
     return PipelineStrategy(
-        p.schedule, p.microbatches, split, p.virtual_stages, process_group_backend=backend(cfg)
+        p.schedule,
+        p.microbatches,
+        split,
+        p.virtual_stages,
+        (microbatch, cfg.data.get("seq_len", 0)),
+        shape=mesh,
+        bucket_cap_mb=p.bucket_cap_mb,
+        process_group_backend=backend(cfg),
     )
 
 
-LAYOUTS = {"data": _data, "pipeline": _pipeline}  # beside "none", the plain run
-
-
-def data_shard(cfg: DictConfig, rank: int, world: int) -> tuple[int, int]:
+def data_shard(cfg: DictConfig, rank: int) -> tuple[int, int]:
     """This rank's data-parallel index and count: only data-parallel ranks see different data."""
-    return (rank, world) if cfg.parallel.name == "data" else (0, 1)
+    mesh = mesh_of(cfg)
+    return mesh.coords(rank)["dp"], mesh.dp
 
 
 def strategy(cfg: DictConfig) -> Strategy | str:
-    if world_size(cfg) == 1:
+    mesh = mesh_of(cfg)
+    if mesh.world == 1:
         return "auto"  # any layout on one device is the plain single-device run
-    return LAYOUTS[cfg.parallel.name](cfg)
+    if mesh.pp > 1:
+        return _pipeline(cfg, mesh)
+    return (_tensor if mesh.tp > 1 else _data)(cfg, mesh)

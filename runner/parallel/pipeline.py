@@ -56,5 +56,32 @@ def stage_module(model: nn.Module, stage: int, split: list[int]) -> nn.Module:
     raise TypeError(f"no pipeline split for {type(model).__name__}")
 
 
+def stage_examples(
+    model: nn.Module, stage: int, split: list[int], microbatch: int, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stage's input and output for one micro-batch, on the meta device. Given to PipelineStage,
+    they spare the schedule from inferring them by running a forward, which it would do at every
+    switch between training and evaluation (with tensor parallelism, collectives and all)."""
+    start, stop = sum(split[:stage]), sum(split[: stage + 1])
+    first, last = stage == 0, stage == len(split) - 1
+
+    def activation(*shape: int) -> torch.Tensor:  # one that carries a gradient back
+        return torch.empty(shape, device="meta", requires_grad=True)
+
+    if isinstance(model, Decoder):
+        hidden = (microbatch, seq_len, model.d_model)
+        tokens = torch.empty(microbatch, seq_len, dtype=torch.long, device="meta")
+        out = (microbatch, seq_len, model.embed.num_embeddings) if last else hidden
+        return (tokens if first else activation(*hidden)), activation(*out)
+    linears = [m for m in model.layers if isinstance(m, nn.Linear)]
+    width_in, width_out = linears[start].in_features, linears[stop - 1].out_features
+    x = (
+        torch.empty(microbatch, width_in, device="meta")
+        if first
+        else activation(microbatch, width_in)
+    )
+    return x, activation(microbatch, width_out)
+
+
 def stages_of(rank: int, world: int, virtual: int) -> list[int]:
     return [s for s in range(world * virtual) if s % world == rank]

@@ -1,0 +1,74 @@
+"""A Lightning strategy for a (pp, dp, tp) device mesh: tensor parallelism, alone or with data
+parallelism (and the base of the pipeline strategy, which adds the stages).
+
+It reuses DDPStrategy's process group, ranks and reductions. Where DDP would wrap the whole
+LightningModule, it splits the plain model over the mesh's tp dimension (runner/parallel/tensor.py)
+and, for several data-parallel replicas, wraps it in DDP over the mesh's dp dimension only: DDP
+averages gradients between replicas, never between the shards of one layer.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pytorch_lightning.strategies import DDPStrategy
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.nn.parallel import DistributedDataParallel
+
+from runner.mesh import DIMS, Mesh
+from runner.parallel.tensor import parallelize
+
+
+class MeshStrategy(DDPStrategy):
+    strategy_name = "mesh"
+
+    def __init__(self, shape: Mesh, bucket_cap_mb: float = 25.0, **kw: Any) -> None:
+        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        super().__init__(start_method="popen", **kw)
+        self.shape, self.bucket_cap_mb = shape, bucket_cap_mb
+        self.device_mesh: DeviceMesh | None = None
+        self.replicas: list[DistributedDataParallel] = []  # for the timing callback's hooks
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return self.shape.coords(self.global_rank)
+
+    def setup_distributed(self) -> None:
+        super().setup_distributed()
+        self.device_mesh = init_device_mesh(
+            self.root_device.type, self.shape.shape, mesh_dim_names=DIMS
+        )
+
+    def split_layers(self, module: nn.Module) -> nn.Module:
+        return parallelize(module, self.device_mesh["tp"]) if self.shape.tp > 1 else module
+
+    def replicate(self, module: nn.Module) -> nn.Module:
+        """DDP over the data-parallel dimension; the module itself with one replica."""
+        if self.shape.dp == 1:
+            return module
+        gpu = self.root_device.type == "cuda"
+        replica = DistributedDataParallel(
+            module,
+            device_ids=[self.root_device.index] if gpu else None,
+            device_mesh=self.device_mesh["dp"],
+            bucket_cap_mb=self.bucket_cap_mb,
+            broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
+        )
+        self.replicas.append(replica)
+        return replica
+
+    def configure_ddp(self) -> None:
+        module = self.lightning_module
+        module.model = self.replicate(self.split_layers(module.model))
+
+    def teardown(self) -> None:
+        failing = sys.exc_info()[1]  # after a failed step, Lightning tears down in its handler
+        try:
+            super().teardown()
+        except RuntimeError:
+            # Moving DTensor weights that the failed step still holds raises ("Couldn't swap");
+            # the step's own error is the one the user must see.
+            if failing is None:
+                raise

@@ -1,0 +1,55 @@
+"""Every collective DTensor runs, timed, with its payload: tensor parallelism's communication.
+
+DTensor sums partial results and gathers shards through torch's functional collectives, called by
+module attribute (`funcol.all_reduce(...)`), in forward and in backward alike. Wrapping those
+functions sees every one that really runs. Each call is waited for at once: the layer needs its
+result before it can go on, so this moves no waiting, and the span is the time the rank was blocked.
+Payload S as nccl-tests names it: the input of an all-reduce or reduce-scatter, the output of an
+all-gather.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed._functional_collectives as funcol
+
+Recorder = Callable[[str, float, float, int], None]  # kind, start, end, payload bytes
+
+# function name -> (the timeline's name, does the payload count the output rather than the input).
+# Their deprecated aliases call these by module attribute: wrapping them too would count twice.
+WRAPPED = {
+    "all_reduce": ("tp all-reduce", False),
+    "all_gather_single": ("tp all-gather", True),
+    "reduce_scatter_single": ("tp reduce-scatter", False),
+}
+_recorders: list[Recorder] = []
+
+
+def install(record: Recorder) -> None:
+    """Route DTensor's collectives to `record` (the wrapping happens once per process)."""
+    if not _recorders:
+        for name, (kind, output) in WRAPPED.items():
+            setattr(funcol, name, _timed(getattr(funcol, name), kind, output))
+    _recorders[:] = [record]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _timed(collective: Callable, kind: str, output: bool) -> Callable:
+    @functools.wraps(collective)
+    def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        start = time.perf_counter()
+        out = collective(tensor, *args, **kwargs)
+        if isinstance(out, funcol.AsyncCollectiveTensor):
+            out = out.wait()
+        _recorders[0](kind, start, time.perf_counter(), _nbytes(out if output else tensor))
+        return out
+
+    return timed

@@ -1,0 +1,118 @@
+"""The device mesh's shape: how many ways a job splits its data (dp), its layer stack (pp) and
+each layer (tp); dp x pp x tp = the job's processes. Nothing here imports torch.
+
+Ranks are numbered with tp innermost, then dp, then pp (Megatron-LM's order): tensor-parallel
+ranks, which talk inside every layer, are neighbours, on one node where the job spans several.
+A size left null takes whatever the device count leaves for it; with `hardware.devices` null too,
+the mesh alone says how many processes to start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from runner.errors import ConfigError, require
+
+DIMS = ("pp", "dp", "tp")  # outermost first: the order of the mesh's dimensions
+NAMES = {"dp": "data", "pp": "pipeline", "tp": "tensor"}
+
+
+@dataclass(frozen=True)
+class Mesh:
+    pp: int = 1
+    dp: int = 1
+    tp: int = 1
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.pp, self.dp, self.tp)
+
+    @property
+    def world(self) -> int:
+        return self.pp * self.dp * self.tp
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """This rank's index along each dimension."""
+        return {
+            "pp": rank // (self.dp * self.tp),
+            "dp": rank // self.tp % self.dp,
+            "tp": rank % self.tp,
+        }
+
+    def rank(self, pp: int, dp: int, tp: int) -> int:
+        """The global rank at these coordinates."""
+        return (pp * self.dp + dp) * self.tp + tp
+
+    @property
+    def layout(self) -> str:
+        """What the job runs as: none, data, pipeline, tensor, or a combination like data+tensor."""
+        used = [NAMES[d] for d in ("dp", "pp", "tp") if getattr(self, d) > 1]
+        return "+".join(used) or "none"
+
+
+def mesh_of(cfg: DictConfig) -> Mesh:
+    """The mesh of a settled config (see `settle`): every size is a number."""
+    p = cfg.parallel
+    return Mesh(pp=p.pp, dp=p.dp, tp=p.tp)
+
+
+def settle(cfg: DictConfig, started: int | None = None) -> Mesh:
+    """Fill the sizes left null, and `hardware.devices` if null, so that dp x pp x tp = devices x
+    nodes; refuse a mesh that cannot match the processes. `started`: the processes torchrun or
+    SLURM started, which a null `hardware.devices` then takes."""
+    p, hw = cfg.parallel, cfg.hardware
+    if hw.devices is None and started is not None:
+        require(
+            started % hw.nodes == 0,
+            "hardware.nodes",
+            f"{started} processes were started, which do not split over {hw.nodes} nodes",
+        )
+        hw.devices = started // hw.nodes
+    given = {d: p[d] for d in DIMS if p[d] is not None}
+    for dim, size in given.items():
+        require(size > 0, f"parallel.{dim}", f"must be positive or null, got {size}")
+    free = [d for d in DIMS if p[d] is None]
+    if len(free) > 1:
+        names = " and ".join(f"parallel.{d}" for d in free)
+        raise ConfigError(f"parallel.{free[-1]}", f"{names} are null: only one can take the rest")
+    product = math.prod(given.values())
+    if hw.devices is None:
+        sizes = {**given, **dict.fromkeys(free, 1)}
+        require(
+            product % hw.nodes == 0,
+            "hardware.nodes",
+            f"the mesh's {product} processes do not split over {hw.nodes} nodes",
+        )
+        hw.devices = product // hw.nodes
+    else:
+        sizes = {**given, **{d: _rest(hw.devices * hw.nodes, product, d, given) for d in free}}
+        _match(sizes, hw.devices, hw.nodes)
+    for dim in DIMS:
+        p[dim] = sizes[dim]
+    return Mesh(**sizes)
+
+
+def _rest(world: int, product: int, dim: str, given: dict[str, int]) -> int:
+    require(
+        world % product == 0,
+        "hardware.devices",
+        f"{world} processes do not split into {_product(given)} for parallel.{dim}",
+    )
+    return world // product
+
+
+def _match(sizes: dict[str, int], devices: int, nodes: int) -> None:
+    world = devices * nodes
+    if math.prod(sizes.values()) != world:
+        raise ConfigError(
+            "parallel",
+            f"dp x pp x tp = {_product(sizes)} = {math.prod(sizes.values())} does not equal the "
+            f"{world} processes of hardware.devices={devices} x hardware.nodes={nodes}",
+        )
+
+
+def _product(sizes: dict[str, int]) -> str:
+    return " x ".join(f"{d}={sizes[d]}" for d in ("dp", "pp", "tp") if d in sizes) or "1"

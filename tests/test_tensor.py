@@ -1,0 +1,148 @@
+"""Tensor parallelism and the combined layouts: each equals the single-process run, every
+collective is counted and matches the formula exactly; bad meshes are refused before launch."""
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from runner import validate
+from runner.mesh import Mesh, mesh_of
+from tests.conftest import QUICK, all_runs, compose_job, loss_series, run_cli, train
+
+STEPS = 20
+RELATIVE = 1e-5  # fp32: shards' partial sums and replicas' gradients add in another order
+COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
+# Small, so that 4 processes on 2 cores stay quick; the FFNN's 4 layers give each of 2 pipeline
+# stages one column/row pair.
+MODELS = {
+    "decoder": ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropout=0"],
+    "ffnn": ["model=ffnn", "model.hidden=[64,64,64]"],
+}
+LAYOUTS = {  # the preset, and the mesh dimensions whose bytes the run must count
+    "tensor": ["tp"],
+    "dp_tp": ["dp", "tp"],
+    "dp_pp": ["dp", "pp"],
+    "pp_tp": ["pp", "tp"],
+}
+LAYOUT_TAGS = {
+    "tensor": "tensor",
+    "dp_tp": "data+tensor",
+    "dp_pp": "data+pipeline",
+    "pp_tp": "pipeline+tensor",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["decoder", "ffnn"])
+def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
+    store: str, tmp_path: Path, model: str
+) -> None:
+    job = [*MODELS[model], *COMMON]
+    single = loss_series(store, train(*job))
+    done = run_cli(
+        "-m",
+        *job,
+        *QUICK,
+        "parallel=dp_tp,dp_pp,pp_tp",
+        f"logger.tracking_uri={store}",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_cli(*job, *QUICK, "parallel=tensor", "hardware.devices=2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The jobs of more than one process (the sweep's parent run has no world size).
+    runs = {
+        r.data.tags["parallel"]: r
+        for r in all_runs(store)
+        if r.data.tags.get("world_size", "1") != "1"
+    }
+    assert set(runs) == set(LAYOUT_TAGS.values())
+    for preset, dims in LAYOUTS.items():
+        run = runs[LAYOUT_TAGS[preset]]
+        assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE), preset
+        m = run.data.metrics
+        for dim in dims:  # measured from the collectives that ran, predicted from the formulas
+            key = f"comm_bytes_per_step/{dim}"
+            assert m[key] == m[f"pred/{key}"], (preset, key)
+        assert {k.split("/")[1] for k in m if k.startswith("comm_bytes")} == set(dims), preset
+        world = int(run.data.tags["world_size"])
+        for rank in range(world):
+            assert 0 < m[f"rank_{rank}/comm_time_s"] < m["step_time_s"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["parallel=tensor", "hardware.devices=3"], "model.n_heads"),  # 4 heads
+        (
+            ["model=ffnn", "model.hidden=[63,32]", "parallel=tensor", "hardware.devices=2"],
+            "model.hidden[0]",
+        ),
+        (["model=neuron", "parallel=tensor", "hardware.devices=2"], "parallel.tp"),
+        (["model=ffnn", "model.hidden=[]", "parallel=tensor", "hardware.devices=2"], "parallel.tp"),
+        (["parallel=dp_tp", "hardware.devices=2"], "parallel"),  # 2 x 2 is not 2
+        (["parallel.dp=2", "parallel.pp=2", "hardware.devices=2"], "parallel"),
+        (["parallel=data", "parallel.tp=3", "hardware.devices=4"], "hardware.devices"),
+        (["parallel.dp=null", "parallel.tp=null", "hardware.devices=4"], "parallel.tp"),
+        (
+            ["parallel=dp_pp", "data.batch_size=32", "parallel.microbatches=5"],
+            "parallel.microbatches",
+        ),
+        (["parallel.tp=0"], "parallel.tp"),
+    ],
+)
+def test_bad_meshes_are_refused_before_launch(overrides: list[str], key: str) -> None:
+    cfg, _ = compose_job(*overrides)
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mesh", "devices"),
+    [
+        (["parallel.dp=2", "parallel.tp=2"], Mesh(dp=2, tp=2), 4),  # the mesh sets the processes
+        (["parallel=tensor", "hardware.devices=2"], Mesh(tp=2), 2),
+        (["parallel=data", "parallel.tp=2", "hardware.devices=4"], Mesh(dp=2, tp=2), 4),
+        (["parallel=pp_tp"], Mesh(pp=2, tp=2), 4),
+        (["parallel=data"], Mesh(), 1),  # data parallelism on one device is the plain run
+    ],
+)
+def test_a_null_size_takes_the_devices_the_others_leave(
+    overrides: list[str], mesh: Mesh, devices: int
+) -> None:
+    cfg, _ = compose_job(*overrides)
+    validate.validate(cfg)
+    assert (mesh_of(cfg), cfg.hardware.devices) == (mesh, devices)
+
+
+def test_tensor_ranks_are_neighbours_and_share_the_data() -> None:
+    """Megatron's order: tp innermost, then dp, then pp; only the dp index picks a data shard."""
+    mesh = Mesh(pp=2, dp=2, tp=2)
+    assert [tuple(mesh.coords(r).values()) for r in range(8)] == [
+        (p, d, t) for p in range(2) for d in range(2) for t in range(2)
+    ]
+    assert all(mesh.rank(**mesh.coords(r)) == r for r in range(8))
+    assert mesh.layout == "data+pipeline+tensor"
+
+
+def test_the_layout_presets_are_complete_meshes() -> None:
+    for preset, world in {"dp_tp": 4, "dp_pp": 4, "pp_tp": 4, "none": 1}.items():
+        cfg, _ = compose_job(f"parallel={preset}")
+        validate.validate(cfg)
+        assert OmegaConf.select(cfg, "hardware.devices") == world, preset
+
+
+def test_under_torchrun_a_null_device_count_is_what_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    cfg, _ = compose_job("parallel=tensor", "hardware.nodes=2")
+    validate.validate(cfg)
+    assert (mesh_of(cfg), cfg.hardware.devices) == (Mesh(tp=4), 2)
+    cfg, _ = compose_job("parallel=dp_tp", "parallel.dp=1")  # a mesh of 2, 4 processes started
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == "parallel"
