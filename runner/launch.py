@@ -86,9 +86,19 @@ def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
     try:
         return elastic_launch(config, rank_main)(cfg, record.run_id)[0]
     except ChildFailedError as failed:
-        rank, failure = failed.get_first_failure()  # the first to fail, not its victims
+        rank, failure = root_failure(failed.failures)
         record.client.set_tag(record.run_id, "failed_rank", str(rank))
         raise JobFailed(rank, failure) from failed
+
+
+def root_failure(failures: Mapping[int, Any]) -> tuple[int, Any]:
+    """The rank that brought the job down, not its victims. A rank killed by a signal left no
+    error of its own; its peers fail on the broken connection, and may record that before the
+    launcher notices the death. So: the first of the killed ranks, else the first to fail."""
+    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
+    pool = killed or failures
+    rank = min(pool, key=lambda r: pool[r].timestamp)
+    return rank, pool[rank]
 
 
 class JobFailed(RuntimeError):

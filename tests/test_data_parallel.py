@@ -215,3 +215,14 @@ def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(tmp_path
     (run,) = all_runs(uri)  # one run, opened by global rank 0 only
     assert (run.info.status, run.data.tags["world_size"]) == ("FINISHED", "2")
     assert len(loss_series(uri, run.info.run_id)) == 10
+
+
+def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
+    from types import SimpleNamespace
+
+    from runner.launch import root_failure
+
+    peer = SimpleNamespace(exitcode=1, timestamp=100)  # a read error on the broken connection
+    killed = SimpleNamespace(exitcode=-9, timestamp=101)  # noticed a moment later
+    assert root_failure({0: peer, 1: killed})[0] == 1
+    assert root_failure({0: peer, 1: SimpleNamespace(exitcode=1, timestamp=102)})[0] == 0
