@@ -17,6 +17,18 @@ def run_job(
         from runner.launch import run
 
         return run(cfg, choices, overrides)
+    if cfg.mode == "plan":
+        from runner.plan import run_plan
+
+        return run_plan(cfg, choices, overrides)
+    if cfg.mode == "report":
+        from runner.compare import run_report
+
+        return run_report(cfg, choices, overrides)
+    if cfg.mode == "calibrate":
+        from runner.calibrate import run_calibrate
+
+        return run_calibrate(cfg, choices, overrides)
     from runner.tracking import recorded_run
 
     with recorded_run(cfg, choices, overrides) as record:

@@ -78,12 +78,37 @@ class ParallelConfig:
 
 
 @dataclass
+class LinkConfig:
+    """One tier of the network, as a collective between devices of this tier sees it."""
+
+    name: str = MISSING  # e.g. NVLink 4, InfiniBand NDR, gloo over loopback
+    bandwidth_gbs: float = MISSING  # GB/s each way, per device
+    latency_us: float = MISSING  # per message, software included
+    efficiency: float = MISSING  # share of the bandwidth a collective reaches (0..1]
+
+
+@dataclass
 class HardwareConfig:
     accelerator: str = "cpu"  # cpu (gloo) | gpu (nccl)
     devices: int | None = None  # processes (one per device) per node; None: what the mesh needs
     nodes: int = 1  # more than 1: start one runner per node with torchrun or SLURM
     threads_per_rank: int | None = None  # None: cores / ranks
-    memory_gib: float | None = None  # None: read from this host
+    memory_gib: float | None = None  # per device; None: read from this host
+    # Per device by dtype (fp32, bf16); on a CPU, the whole host's (its devices share the cores).
+    peak_tflops: dict[str, float] = MISSING
+    compute_efficiency: float = MISSING  # share of peak that a training step's matmuls reach
+    step_overhead_s: float = 0.0  # fixed cost of every step: Python, framework, optimizer launch
+    # Software cost of one tensor-parallel layer's forward and backward beyond its compute and
+    # collectives (DTensor's dispatch), per micro-batch.
+    tp_layer_overhead_us: float = 0.0
+    power_w: float = MISSING  # per device (on a CPU: the host's, shared by its devices)
+    pue: float = 1.0  # facility power / IT power
+    usd_per_kwh: float = 0.10
+    intra_node: LinkConfig = MISSING  # NVLink, PCIe, or loopback between processes of a host
+    inter_node: LinkConfig = MISSING  # InfiniBand, RoCE, Ethernet
+    # Which tier each mesh dimension's traffic crosses: intra_node | inter_node | auto (by where
+    # its ranks sit: tp innermost, then dp, then pp, devices-per-node ranks to a node).
+    tiers: dict[str, str] = field(default_factory=lambda: dict.fromkeys(("dp", "pp", "tp"), "auto"))
 
 
 @dataclass
@@ -127,6 +152,24 @@ class ExampleConfig:
 
 
 @dataclass
+class PlanConfig:
+    """mode=plan: no training; the model on the meta device, the job priced on the hardware."""
+
+    hours: float | None = None  # a duration to price ...
+    tokens: float | None = None  # ... or a token (sample) budget; neither: trainer.max_steps
+    dtype: str = "fp32"  # fp32 | bf16 (mixed precision: bf16 weights and grads, fp32 Adam state)
+    recompute: bool = False  # keep only each layer's input; recompute the rest in backward
+    json: bool = False  # print one JSON object as the last line of standard output
+
+
+@dataclass
+class ReportConfig:
+    """mode=report: a sweep's predicted figures next to its measured ones."""
+
+    sweep: str | None = None  # the sweep's parent run id; None: the newest sweep
+
+
+@dataclass
 class Config:
     model: Any = MISSING
     data: Any = MISSING
@@ -135,8 +178,10 @@ class Config:
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
     seed: int = 0
-    mode: str = "train"  # train | example
+    mode: str = "train"  # train | example | plan | calibrate | report
     example: ExampleConfig | None = None
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
 
 

@@ -7,6 +7,7 @@ every process that torchrun or SLURM started. Only global rank 0 writes to MLflo
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import pytorch_lightning as pl
@@ -19,6 +20,7 @@ from torch.utils.data import DataLoader
 from runner import parallel
 from runner.callbacks.faults import FaultInjection
 from runner.callbacks.rank_timing import RankTiming, combine
+from runner.cluster import world_size
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.lit_module import TrainModule
@@ -83,6 +85,15 @@ def run_figures(cfg: DictConfig, timing: RankTiming, tokens_per_sample: int) -> 
     return figures
 
 
+def energy(cfg: DictConfig, seconds: float) -> dict[str, float]:
+    """What the training took from the wall, priced with the hardware profile."""
+    from runner.planner.hardware import power_per_device_w
+
+    hw = cfg.hardware
+    kwh = world_size(cfg) * power_per_device_w(hw) * hw.pue * seconds / 3.6e6
+    return {"train_time_s": seconds, "energy_kwh": kwh, "cost_usd": kwh * hw.usd_per_kwh}
+
+
 def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
     """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
     set_threads(cfg)
@@ -104,8 +115,10 @@ def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
             "data.batch_size",
             f"{cfg.data.batch_size} is more than the {len(splits.train)} training samples",
         )
+    start = time.perf_counter()
     trainer.fit(module, train_loader, val_loader)
     figures = run_figures(cfg, timing, splits.tokens_per_sample)
+    figures |= energy(cfg, time.perf_counter() - start)
     if run_id and trainer.global_rank == 0:
         from runner.report import record_training
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from runner.cluster import external_launcher, started_processes, world_size
 from runner.errors import ConfigError, require
@@ -19,7 +19,11 @@ from runner.models.sizes import column_row_pairs, param_count, pipeline_layers, 
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
 LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
 OPTIMIZERS = ("adamw", "sgd")
-MODES = ("train", "example")
+MODES = ("train", "example", "plan", "calibrate", "report")
+PROFILE = ("peak_tflops", "compute_efficiency", "power_w", "intra_node", "inter_node")
+LINK = ("name", "bandwidth_gbs", "latency_us", "efficiency")
+TIERS = ("auto", "intra_node", "inter_node")
+DTYPES = ("fp32", "bf16")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")
 EXAMPLES = ("neuron", "backprop")
@@ -145,6 +149,19 @@ def check_fits(cfg: DictConfig) -> None:
     )
 
 
+def check_layer_fits(cfg: DictConfig) -> None:
+    """A plan may split a model until one layer is left per device; not below that."""
+    from runner.planner.memory import largest_layer_gib  # torch-free, like this module
+
+    need, have = largest_layer_gib(cfg), cfg.hardware.memory_gib or host_memory_gib()
+    require(
+        need <= have,
+        "hardware.memory_gib",
+        f"{have:,.0f} GiB per device cannot hold even one layer of this model ({need:,.0f} GiB "
+        "with its gradients and optimizer state, split as parallel.tp says)",
+    )
+
+
 def check_hardware(cfg: DictConfig) -> None:
     positive(cfg.hardware, "hardware", "nodes")
     one_of(cfg.hardware.accelerator, "hardware.accelerator", ("cpu", "gpu"))
@@ -156,6 +173,49 @@ def check_hardware(cfg: DictConfig) -> None:
         require(
             torch.cuda.is_available(), "hardware.accelerator", "gpu, but no CUDA device is visible"
         )
+
+
+def missing(node: DictConfig, prefix: str, *names: str) -> None:
+    for name in names:
+        require(
+            not OmegaConf.is_missing(node, name),
+            f"{prefix}.{name}",
+            "missing: every hardware profile gives it (see conf/hardware/)",
+        )
+
+
+def fraction(value: float, key: str) -> None:
+    require(0 < value <= 1, key, f"must be in (0, 1], got {value}")
+
+
+def check_profile(hw: DictConfig) -> None:
+    """A hardware profile is complete and physical: the planner prices jobs with it."""
+    missing(hw, "hardware", *PROFILE)
+    positive(hw, "hardware", "power_w", "pue")
+    fraction(hw.compute_efficiency, "hardware.compute_efficiency")
+    for name in ("usd_per_kwh", "step_overhead_s", "tp_layer_overhead_us"):
+        require(hw[name] >= 0, f"hardware.{name}", f"must be 0 or more, got {hw[name]}")
+    require(hw.memory_gib is None or hw.memory_gib > 0, "hardware.memory_gib", "must be positive")
+    for dtype, tflops in hw.peak_tflops.items():
+        require(tflops > 0, f"hardware.peak_tflops.{dtype}", f"must be positive, got {tflops}")
+    for tier in ("intra_node", "inter_node"):
+        link = hw[tier]
+        missing(link, f"hardware.{tier}", *LINK)
+        positive(link, f"hardware.{tier}", "bandwidth_gbs")
+        require(link.latency_us >= 0, f"hardware.{tier}.latency_us", "must be 0 or more")
+        fraction(link.efficiency, f"hardware.{tier}.efficiency")
+    for dim, tier in hw.tiers.items():
+        one_of(dim, "hardware.tiers", ("dp", "pp", "tp"))
+        one_of(tier, f"hardware.tiers.{dim}", TIERS)
+
+
+def check_plan(cfg: DictConfig) -> None:
+    p = cfg.plan
+    one_of(p.dtype, "plan.dtype", DTYPES)
+    require(p.dtype in cfg.hardware.peak_tflops, "hardware.peak_tflops", f"has no {p.dtype} figure")
+    require(p.hours is None or p.tokens is None, "plan.hours", "give plan.hours or plan.tokens")
+    for key in ("hours", "tokens"):
+        require(p[key] is None or p[key] > 0, f"plan.{key}", f"must be positive, got {p[key]}")
 
 
 def check_layout(cfg: DictConfig) -> None:
@@ -292,9 +352,13 @@ def validate(cfg: DictConfig) -> None:
     check_data(cfg)
     check_trainer(cfg.trainer)
     check_hardware(cfg)
+    check_profile(cfg.hardware)
     check_layout(cfg)
     if cfg.mode == "example":
         check_example(cfg)
-    else:
+    elif cfg.mode == "plan":
+        check_plan(cfg)
+        check_layer_fits(cfg)
+    elif cfg.mode == "train":
         check_launch(cfg)
         check_fault(cfg)

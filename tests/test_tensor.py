@@ -66,6 +66,7 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
             key = f"comm_bytes_per_step/{dim}"
             assert m[key] == m[f"pred/{key}"], (preset, key)
         assert {k.split("/")[1] for k in m if k.startswith("comm_bytes")} == set(dims), preset
+        assert m["pred/step_time_s"] > 0 and 0 < m["pred/idle_fraction"] < 1  # from the profile
         world = int(run.data.tags["world_size"])
         for rank in range(world):
             assert 0 < m[f"rank_{rank}/comm_time_s"] < m["step_time_s"]

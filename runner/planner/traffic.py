@@ -1,4 +1,4 @@
-"""Predictions from formulas, logged as `pred/...` beside what a run measures.
+"""Bytes per step from formulas: what each mesh dimension hands to collectives and P2P.
 
 The seed's, nccl-tests' and Megatron-LM's arithmetic: payload S per collective call; a ring
 all-reduce moves 2(n-1)/n * S per rank; data parallelism all-reduces every gradient a rank holds
@@ -8,6 +8,9 @@ back. Per-rank figures are means over ranks (pipeline stages differ), as the run
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
@@ -68,31 +71,40 @@ def stage_params(m: DictConfig, layers: range, ends: bool, tp: int) -> int | Non
     return param_count(m)  # one piece, never split; None for a model of someone else's
 
 
-def data_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range]) -> dict[str, float]:
+@dataclass
+class Traffic:
+    """Per rank and step (means over ranks): payload bytes and calls, by mesh dimension."""
+
+    payload: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, float] = field(default_factory=dict)
+
+
+def data_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -> Traffic:
     last = len(stages) - 1
     per_stage = [stage_params(cfg.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)]
     if mesh.dp < 2 or None in per_stage:
-        return {}
-    payload = sum(per_stage) * FP32_BYTES / mesh.pp  # every gradient a rank holds, once
-    return {
-        "pred/comm_bytes_per_step/dp": payload,
-        "pred/ring_bytes_per_step/dp": ring_allreduce_bytes(payload, mesh.dp),
-    }
+        return Traffic()
+    payload = sum(per_stage) * elem / mesh.pp  # every gradient a rank holds, once
+    buckets = math.ceil(payload / (cfg.parallel.bucket_cap_mb * 2**20))
+    return Traffic({"dp": payload}, {"dp": buckets})
 
 
-def tensor_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range]) -> dict[str, float]:
+def tensor_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -> Traffic:
     if mesh.tp < 2:
-        return {}
+        return Traffic()
     m, samples = cfg.model, cfg.data.batch_size // mesh.dp  # a replica's, over its micro-batches
+    microbatches = cfg.parallel.microbatches if mesh.pp > 1 else 1
     if is_decoder(m):
         elements = 4 * samples * cfg.data.seq_len * m.d_model * m.n_layers
+        calls = 4 * m.n_layers * microbatches
     else:
         w = widths(m)
         pairs = [pair for s in stages for pair in column_row_pairs(s)]
         # Forward: the row layer's output; backward: the column layer's input gradient, which the
         # model's first layer has none of (its input is the data).
         elements = sum(samples * (w[r + 1] + (w[c] if c else 0)) for c, r in pairs)
-    return {"pred/comm_bytes_per_step/tp": elements * FP32_BYTES / mesh.pp}
+        calls = sum(1 + bool(c) for c, _ in pairs) * microbatches
+    return Traffic({"tp": elements * elem / mesh.pp}, {"tp": calls / mesh.pp})
 
 
 def boundary_elements(cfg: DictConfig, stages: list[range]) -> list[int]:
@@ -103,26 +115,23 @@ def boundary_elements(cfg: DictConfig, stages: list[range]) -> list[int]:
     return [widths(m)[s.start] for s in stages[1:]]
 
 
-def pipeline(cfg: DictConfig, mesh: Mesh, stages: list[range]) -> dict[str, float]:
+def pipeline(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -> Traffic:
     if mesh.pp < 2:
-        return {}
-    p = cfg.parallel
+        return Traffic()
     # Each boundary carries every sample's activation forward and its gradient back, once; every
     # tensor-parallel rank of a stage sends its own copy.
-    total = sum(2 * cfg.data.batch_size * n * FP32_BYTES for n in boundary_elements(cfg, stages))
-    return {
-        "bubble_fraction_theory": bubble_fraction(mesh.pp, p.microbatches, p.virtual_stages),
-        "pred/comm_bytes_per_step/pp": total / (mesh.pp * mesh.dp),
-    }
+    boundaries = boundary_elements(cfg, stages)
+    total = sum(2 * cfg.data.batch_size * n * elem for n in boundaries)
+    sends = 2 * cfg.parallel.microbatches * len(boundaries)  # per replica and shard
+    return Traffic({"pp": total / (mesh.pp * mesh.dp)}, {"pp": sends / mesh.pp})
 
 
-def predict(cfg: DictConfig, world: int) -> dict[str, float]:
-    mesh = mesh_of(cfg)
-    if world < 2:
-        return {}
-    stages = stage_layers(cfg.model, cfg.parallel)
-    return (
-        data_parallel(cfg, mesh, stages)
-        | tensor_parallel(cfg, mesh, stages)
-        | pipeline(cfg, mesh, stages)
-    )
+def traffic(cfg: DictConfig, elem: int = FP32_BYTES) -> Traffic:
+    """Every dimension's traffic for the config's mesh; `elem`: bytes per element."""
+    mesh, stages = mesh_of(cfg), stage_layers(cfg.model, cfg.parallel)
+    out = Traffic()
+    for part in (data_parallel, tensor_parallel, pipeline):
+        found = part(cfg, mesh, stages, elem)
+        out.payload |= found.payload
+        out.calls |= found.calls
+    return out

@@ -1,0 +1,162 @@
+"""The planner: the seed's sizes and price for GPT-3, memory that says which layouts fit, hardware
+profiles that are complete, and the report that compares predictions with measurements."""
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from runner import validate
+from runner.planner import plan
+from tests.conftest import all_runs, compose_job, run_cli
+
+# The seed's cluster: 50,000 GPUs at 350 W, PUE 1, $0.10/kWh, for 60 days.
+SEED_PRICE = [
+    "mode=plan", "model=gpt3_175b", "hardware=h100_cluster", "hardware.nodes=6250",
+    "hardware.power_w=350", "hardware.pue=1", "hardware.usd_per_kwh=0.10", "plan.hours=1440",
+    "parallel.tp=8", "parallel.pp=10", "parallel.dp=null", "data.batch_size=2500",
+    "parallel.schedule=gpipe", "parallel.microbatches=4",
+]  # fmt: skip
+
+
+def test_gpt3_on_the_seeds_cluster_costs_the_seeds_price(tmp_path: Path) -> None:
+    done = run_cli(*SEED_PRICE, "plan.json=true", cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])  # the last line is the JSON object
+    assert out["world_size"] == 50_000
+    assert out["energy_kwh"] == pytest.approx(25_200_000)  # 17.5 MW for 1,440 h
+    assert out["cost_usd"] == pytest.approx(2_520_000)
+    parts = out["params_by_component"]  # counted on the model built on the meta device
+    assert parts["embedding"] == 50_000 * 12_288  # 614.4 M
+    assert parts["attention"] / 96 == pytest.approx(604e6, rel=1e-3)
+    assert parts["ffn"] / 96 == pytest.approx(1_208e6, rel=1e-3)
+    assert out["params_total"] == pytest.approx(175e9, rel=0.01)
+    for key in ("weights", "gradients", "optimizer_state", "activations"):
+        assert out["mem_per_device_gib"][key] > 0
+    assert set(out["comm_bytes_per_step"]) == {"dp", "tp", "pp"}
+    assert 0 < out["mfu"] < 1 and out["step_time_s"] > 0 and out["tokens_per_s"] > 0
+    (run,) = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert (run.info.status, run.data.tags["mode"]) == ("FINISHED", "plan")
+    assert run.data.metrics["cost_usd"] == pytest.approx(2_520_000)
+
+
+MEGATRON = ["parallel.tp=8", "parallel.pp=16", "parallel.dp=1", "parallel.microbatches=16"]
+
+
+def planned(*overrides: str) -> dict:
+    cfg, _ = compose_job("mode=plan", "model=gpt3_175b", "hardware=h100_cluster", *overrides)
+    validate.validate(cfg)
+    return plan(cfg) | {"memory": cfg.hardware.memory_gib}
+
+
+def test_the_plan_says_which_layouts_fit() -> None:
+    # 175 B parameters with AdamW: 16 bytes each, 2.8 TB, on one 80 GB device each: no.
+    whole = planned("parallel=data", "data.batch_size=128")
+    assert whole["mem_per_device_gib"]["total"] > whole["memory"]
+    # Megatron's GPT-3 layout: 8-way tensor, 16-way pipeline, bf16, activations recomputed: yes.
+    split = planned(*MEGATRON, "plan.dtype=bf16", "plan.recompute=true")
+    assert split["mem_per_device_gib"]["total"] < split["memory"]
+    # Without recomputation the first stage holds p micro-batches of L/p layers: all L layers'.
+    assert planned(*MEGATRON, "plan.dtype=bf16")["mem_per_device_gib"]["total"] > split["memory"]
+    share = 174.6e9 * 2 / 2**30 / 128  # bf16 weights, 1/128 each, plus the embedding on the ends
+    assert share < split["mem_per_device_gib"]["weights"] < share + 614.4e6 * 2 / 2**30
+
+
+def test_bf16_halves_weights_and_keeps_an_fp32_master_copy() -> None:
+    layout = ["parallel.tp=8", "parallel.pp=16", "parallel.dp=1", "parallel.microbatches=16"]
+    fp32, bf16 = (
+        planned(*layout)["mem_per_device_gib"],
+        planned(*layout, "plan.dtype=bf16")["mem_per_device_gib"],
+    )
+    assert bf16["weights"] == pytest.approx(fp32["weights"] / 2)
+    assert bf16["optimizer_state"] == pytest.approx(fp32["optimizer_state"] * 12 / 8)
+
+
+def test_a_token_budget_sets_the_duration() -> None:
+    out = planned(*MEGATRON, "plan.tokens=3e11")  # GPT-3's 300 B tokens
+    assert out["hours"] == pytest.approx(3e11 / out["tokens_per_s"] / 3600)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["hardware.power_w=-350"], "hardware.power_w"),
+        (["hardware.intra_node.efficiency=1.5"], "hardware.intra_node.efficiency"),
+        (["hardware.tiers.tp=nvlink"], "hardware.tiers.tp"),
+        (["mode=plan", "hardware=dgx_h100", "parallel.tp=3"], "parallel"),  # 3 of 8 devices
+        (["mode=plan", "hardware=dgx_h100", "parallel=data", "parallel.tp=3"], "hardware.devices"),
+        (["mode=plan", "model=gpt3_175b", "hardware=gpu", "hardware.memory_gib=16"],
+         "hardware.memory_gib"),  # one GPT-3 block with Adam state is 27 GiB
+        (["mode=plan", "plan.dtype=fp8"], "plan.dtype"),
+    ],
+)  # fmt: skip
+def test_bad_profiles_and_plans_name_the_key(overrides: list[str], key: str) -> None:
+    cfg, _ = compose_job(*overrides)
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == key
+
+
+def test_a_profile_missing_a_field_names_it() -> None:
+    cfg, _ = compose_job("mode=plan", "hardware=gpu")
+    cfg.hardware.power_w = "???"
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == "hardware.power_w"
+
+
+def test_every_shipped_profile_is_complete() -> None:
+    for profile in ("cpu", "gpu", "dgx_h100", "h100_cluster"):
+        cfg, _ = compose_job(
+            "mode=plan", f"hardware={profile}", "parallel=data", "data.batch_size=128"
+        )
+        validate.validate(cfg)
+        assert not OmegaConf.missing_keys(cfg.hardware), profile
+
+
+def test_the_report_compares_a_sweeps_predictions_with_its_measurements(store: str) -> None:
+    from runner.app import run_job
+
+    client = MlflowClient(store)
+    exp = client.create_experiment("runner")
+    sweep = client.create_run(exp, tags={"mode": "sweep"}).info.run_id
+    # Three runs: predictions off by +10 %, -20 %, +40 %; the order 1 < 2 < 3 is kept.
+    for measured, predicted in ((1.0, 1.1), (2.0, 1.6), (3.0, 4.2)):
+        run = client.create_run(exp, tags={"mode": "train", "mlflow.parentRunId": sweep})
+        metrics = {"step_time_s": measured, "pred/step_time_s": predicted}
+        for key, value in metrics.items():
+            client.log_metric(run.info.run_id, key, value)
+        client.set_terminated(run.info.run_id)
+    cfg, choices = compose_job("mode=report")
+    result = run_job(cfg, choices, ["mode=report"])
+    assert result["median_abs_error/step_time_s"] == pytest.approx(0.2)
+    assert result["spearman/step_time_s"] == pytest.approx(1.0)
+    (report,) = [r for r in all_runs(store) if r.data.tags.get("mode") == "report"]
+    assert report.data.tags["report.sweep"] == sweep
+    artifacts = {a.path for a in client.list_artifacts(report.info.run_id)}
+    assert {"report.txt", "predicted_vs_measured.png"} <= artifacts
+
+
+@pytest.mark.slow
+def test_calibrate_measures_this_host_into_a_usable_profile(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner import calibrate
+    from runner.app import run_job
+
+    monkeypatch.setattr(calibrate, "PROFILE", tmp_path / "calibrated.yaml")
+    monkeypatch.setattr(calibrate, "SIZES", [2**12, 2**16, 2**20])
+    job = ["mode=calibrate", "model=ffnn"]
+    cfg, choices = compose_job(*job)
+    measured = run_job(cfg, choices, job)
+    assert measured["matmul_flops"] > 1e8  # any CPU of this century does 0.1 GFLOP/s
+    for link in ("all_reduce", "p2p"):  # more bytes take longer, and loopback moves > 10 MB/s
+        assert measured["times"][link][-1] > measured["times"][link][0]  # 1 MB against 4 kB
+        assert measured[link]["bandwidth_bytes_s"] > 1e7
+    written = OmegaConf.load(calibrate.PROFILE)
+    cpu, _ = compose_job("mode=plan")
+    profile = OmegaConf.merge(cpu.hardware, {k: v for k, v in written.items() if k != "defaults"})
+    validate.check_profile(profile)
+    assert profile.peak_tflops.fp32 == pytest.approx(measured["matmul_flops"] / 1e12, rel=1e-3)
