@@ -15,12 +15,16 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from runner.cluster import external_launcher, global_rank, world_size
+from runner.planner.failures import lost_work
 from runner.tracking import Run, recorded_run
 
 LOOPBACK = "127.0.0.1"
@@ -31,11 +35,13 @@ def bind_gloo_to_loopback() -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
-def rank_main(cfg: dict[str, Any], run_id: str | None) -> dict[str, float]:
+def rank_main(
+    cfg: dict[str, Any], run_id: str | None, progress: str | None = None
+) -> dict[str, float]:
     """What every rank runs (a module-level function: spawned ranks import it by name)."""
     from runner.training import train
 
-    return train(OmegaConf.create(cfg), run_id)
+    return train(OmegaConf.create(cfg), run_id, progress)
 
 
 def run(
@@ -83,32 +89,59 @@ def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
         monitor_interval=0.1,
         start_method="forkserver",
     )
-    try:
-        return elastic_launch(config, rank_main)(cfg, record.run_id)[0]
-    except ChildFailedError as failed:
-        rank, failure = root_failure(failed.failures)
-        record.client.set_tag(record.run_id, "failed_rank", str(rank))
-        raise JobFailed(rank, failure) from failed
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress:
+        try:
+            return elastic_launch(config, rank_main)(cfg, record.run_id, progress)[0]
+        except ChildFailedError as failed:
+            steps = reached(progress)
+            rank, reason = root_failure(failed.failures, steps)
+            record.client.set_tag(record.run_id, "failed_rank", str(rank))
+            lost = max(steps.values(), default=0)  # no snapshot yet: every step done is lost
+            spent = time.time() - started
+            record.log_metrics(lost_work(OmegaConf.create(cfg), world, lost, spent))
+            raise JobFailed(rank, reason) from failed
 
 
-def root_failure(failures: Mapping[int, Any]) -> tuple[int, Any]:
-    """The rank that brought the job down, not its victims. A rank killed by a signal left no
-    error of its own; its peers fail on the broken connection, and may record that before the
-    launcher notices the death. So: the first of the killed ranks, else the first to fail."""
+def reached(folder: str) -> dict[int, int]:
+    """The step each rank had reached (runner.callbacks.faults.Progress)."""
+    return {int(p.name.split("_")[1]): int(p.read_text() or -1) for p in Path(folder).iterdir()}
+
+
+def root_failure(failures: Mapping[int, Any], steps: Mapping[int, int]) -> tuple[int, str]:
+    """The rank that brought the job down, not its victims, and why.
+
+    A rank killed by a signal left no error of its own; its peers fail on the broken connection,
+    and may record that before the launcher notices the death: the first killed rank is the
+    cause. A rank that hung is not among the failures at all: its peers time out waiting for it
+    in a collective, at a step it never reached. Otherwise, the first rank to fail.
+    """
     killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
-    pool = killed or failures
-    rank = min(pool, key=lambda r: pool[r].timestamp)
-    return rank, pool[rank]
+    if killed:
+        rank = min(killed, key=lambda r: killed[r].timestamp)
+        return rank, reason(killed[rank])
+    behind = [r for r, step in steps.items() if step < max(steps.values()) and r not in failures]
+    if behind:
+        rank = min(behind, key=lambda r: steps[r])
+        first = min(failures, key=lambda r: failures[r].timestamp)
+        return rank, (
+            f"stopped taking part at step {steps[rank] + 1}: the others waited for it until "
+            f"dist.timeout_s ran out (rank {first}: {reason(failures[first])})"
+        )
+    rank = min(failures, key=lambda r: failures[r].timestamp)
+    return rank, reason(failures[rank])
+
+
+def reason(failure: Any) -> str:
+    message = failure.message
+    if isinstance(message, dict):  # a Python error the rank recorded
+        message = message.get("message", message)
+    return message or f"exit code {failure.exitcode}"  # killed, or exited without a word
 
 
 class JobFailed(RuntimeError):
     """A rank of the job failed; the run is FAILED and names it."""
 
-    def __init__(self, rank: int, failure: Any) -> None:
-        reason = failure.message
-        if isinstance(reason, dict):  # a Python error the rank recorded
-            reason = reason.get("message", reason)
-        if not reason:  # killed, or exited without a word
-            reason = f"exit code {failure.exitcode}"
-        super().__init__(f"rank {rank} failed: {reason}")
+    def __init__(self, rank: int, why: str) -> None:
+        super().__init__(f"rank {rank} failed: {why}")
         self.rank = rank

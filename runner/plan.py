@@ -62,7 +62,7 @@ def flat_metrics(out: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
 
 
 def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
-    mem, comm = out["mem_per_device_gib"], out["comm_bytes_per_step"]
+    mem, comm, snap = out["mem_per_device_gib"], out["comm_bytes_per_step"], out["snapshots"]
     p = cfg.parallel
     rows = [
         ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp} = {out['world_size']} devices"),
@@ -78,6 +78,9 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
         ("duration", f"{out['hours']:,.1f} h"),
         ("energy", f"{out['energy_kwh']:,.0f} kWh"),
         ("cost", f"${out['cost_usd']:,.0f}"),
+        ("snapshots", f"every {snap['snapshot_interval_s'] / 60:,.0f} min (the job fails every"
+         f" {snap['job_mtbf_hours']:,.1f} h; expected loss {snap['expected_waste_fraction']:.1%}"
+         f", ${snap['expected_lost_cost_usd']:,.0f})"),
     ]  # fmt: skip
     return "\n".join(f"{name:>20}  {value}" for name, value in rows)
 

@@ -18,12 +18,13 @@ from pytorch_lightning.loggers import MLFlowLogger
 from torch.utils.data import DataLoader
 
 from runner import parallel
-from runner.callbacks.faults import FaultInjection
+from runner.callbacks.faults import FaultInjection, Progress
 from runner.callbacks.rank_timing import RankTiming, combine
 from runner.cluster import world_size
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.lit_module import TrainModule
+from runner.planner.failures import priced
 from runner.validate import ConfigError
 
 
@@ -47,7 +48,9 @@ def loaders(
     return loader(splits.train, True), loader(splits.val, False)
 
 
-def build_trainer(cfg: DictConfig, run_id: str | None, timing: RankTiming) -> pl.Trainer:
+def build_trainer(
+    cfg: DictConfig, run_id: str | None, timing: RankTiming, progress: str | None = None
+) -> pl.Trainer:
     t = cfg.trainer
     logger = MLFlowLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run_id) if run_id else False
     return pl.Trainer(
@@ -59,7 +62,8 @@ def build_trainer(cfg: DictConfig, run_id: str | None, timing: RankTiming) -> pl
         max_steps=t.max_steps,
         max_epochs=-1,
         logger=logger,
-        callbacks=[timing, FaultInjection(cfg.fault)],
+        # The fault first: a rank that hangs at a step has not reached it.
+        callbacks=[FaultInjection(cfg.fault), Progress(progress), timing],
         log_every_n_steps=1,
         val_check_interval=t.val_every_n_steps,
         check_val_every_n_epoch=None,
@@ -85,16 +89,9 @@ def run_figures(cfg: DictConfig, timing: RankTiming, tokens_per_sample: int) -> 
     return figures
 
 
-def energy(cfg: DictConfig, seconds: float) -> dict[str, float]:
-    """What the training took from the wall, priced with the hardware profile."""
-    from runner.planner.hardware import power_per_device_w
-
-    hw = cfg.hardware
-    kwh = world_size(cfg) * power_per_device_w(hw) * hw.pue * seconds / 3.6e6
-    return {"train_time_s": seconds, "energy_kwh": kwh, "cost_usd": kwh * hw.usd_per_kwh}
-
-
-def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
+def train(
+    cfg: DictConfig, run_id: str | None = None, progress: str | None = None
+) -> dict[str, float]:
     """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
     set_threads(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
@@ -107,7 +104,8 @@ def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
         cfg.trainer.weight_decay,
     )
     timing = RankTiming(cfg.trainer.warmup_steps, cuda=cfg.hardware.accelerator == "gpu")
-    trainer = build_trainer(cfg, run_id, timing)
+    parallel.set_default_timeout(cfg)
+    trainer = build_trainer(cfg, run_id, timing, progress)
     shard = parallel.data_shard(cfg, trainer.global_rank)
     train_loader, val_loader = loaders(splits, cfg, *shard)
     if len(train_loader) == 0:
@@ -118,7 +116,8 @@ def train(cfg: DictConfig, run_id: str | None = None) -> dict[str, float]:
     start = time.perf_counter()
     trainer.fit(module, train_loader, val_loader)
     figures = run_figures(cfg, timing, splits.tokens_per_sample)
-    figures |= energy(cfg, time.perf_counter() - start)
+    figures["train_time_s"] = time.perf_counter() - start
+    figures |= priced(cfg, world_size(cfg), figures["train_time_s"])
     if run_id and trainer.global_rank == 0:
         from runner.report import record_training
 

@@ -323,18 +323,25 @@ def check_launch(cfg: DictConfig) -> None:
 
 def check_fault(cfg: DictConfig) -> None:
     f, world = cfg.fault, world_size(cfg)
-    if f.kill_rank is None:
-        return
+    require(cfg.dist.timeout_s > 0, "dist.timeout_s", f"must be positive, got {cfg.dist.timeout_s}")
     require(
-        world > 1 and 0 <= f.kill_rank < world,
-        "fault.kill_rank",
-        f"must be a rank of a job of 2 or more processes (0..{world - 1}), got {f.kill_rank}",
+        f.kill_rank is None or f.hang_rank is None,
+        "fault.hang_rank",
+        "one fault at a time: fault.kill_rank is set too",
     )
-    require(
-        f.at_step is not None and 0 <= f.at_step < cfg.trainer.max_steps,
-        "fault.at_step",
-        f"must be a step in 0..trainer.max_steps-1, got {f.at_step}",
-    )
+    for key in ("kill_rank", "hang_rank"):
+        if f[key] is None:
+            continue
+        require(
+            world > 1 and 0 <= f[key] < world,
+            f"fault.{key}",
+            f"must be a rank of a job of 2 or more processes (0..{world - 1}), got {f[key]}",
+        )
+        require(
+            f.at_step is not None and 0 <= f.at_step < cfg.trainer.max_steps,
+            "fault.at_step",
+            f"must be a step in 0..trainer.max_steps-1, got {f.at_step}",
+        )
 
 
 def check_example(cfg: DictConfig) -> None:

@@ -121,6 +121,12 @@ def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
             ["parallel=data", "hardware.devices=2", "fault.kill_rank=2", "fault.at_step=1"],
             "fault.kill_rank",
         ),
+        (["parallel=data", "hardware.devices=2", "fault.hang_rank=0"], "fault.at_step"),
+        (
+            ["parallel=data", "hardware.devices=2", "fault.hang_rank=0", "fault.kill_rank=1"],
+            "fault.hang_rank",
+        ),
+        (["dist.timeout_s=0"], "dist.timeout_s"),
     ],
 )
 def test_semantic_errors_name_the_key(overrides: list[str], key: str) -> None:

@@ -146,6 +146,28 @@ def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_a_hung_rank_ends_the_job_at_the_timeout_and_is_named(tmp_path: Path) -> None:
+    uri, timeout = f"sqlite:///{tmp_path / 'mlflow.db'}", 4
+    fault = ["fault.hang_rank=1", "fault.at_step=3", f"dist.timeout_s={timeout}"]
+    with cli_job("model=ffnn", *DP2, "trainer.max_steps=200", *fault, *QUICK, cwd=tmp_path) as job:
+        _, stderr = job.communicate(timeout=120)
+        assert job.returncode == 1
+        last = stderr.strip().splitlines()[-1]
+        assert last.startswith("error: rank 1 failed: stopped taking part at step 3"), last
+        assert_session_ends(job.pid)
+    (run,) = all_runs(uri)
+    assert (run.info.status, run.data.tags["failed_rank"]) == ("FAILED", "1")
+    history = MlflowClient(uri).get_metric_history(run.info.run_id, "train_loss")
+    assert len(history) == 3  # every step logged before is kept
+    m = run.data.metrics  # no snapshot: the 3 steps done are lost, and the time the job held
+    assert m["lost_steps"] == 3 and m["lost_time_s"] > timeout
+    assert m["lost_energy_kwh"] > 0 and m["lost_cost_usd"] > 0
+    # From the last step that finished to the run's end: the timeout, and a few seconds more.
+    waited = run.info.end_time / 1000 - max(m.timestamp for m in history) / 1000
+    assert timeout <= waited < timeout + 8
+
+
+@pytest.mark.slow
 def test_ctrl_c_ends_every_process_and_fails_the_run(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with cli_job("model=ffnn", *DP2, "trainer.max_steps=100000", *QUICK, cwd=tmp_path) as job:
@@ -222,7 +244,12 @@ def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
 
     from runner.launch import root_failure
 
-    peer = SimpleNamespace(exitcode=1, timestamp=100)  # a read error on the broken connection
-    killed = SimpleNamespace(exitcode=-9, timestamp=101)  # noticed a moment later
-    assert root_failure({0: peer, 1: killed})[0] == 1
-    assert root_failure({0: peer, 1: SimpleNamespace(exitcode=1, timestamp=102)})[0] == 0
+    peer = SimpleNamespace(exitcode=1, timestamp=100, message="read error")  # broken connection
+    killed = SimpleNamespace(exitcode=-9, timestamp=101, message="")  # noticed a moment later
+    steps = {0: 5, 1: 5}
+    assert root_failure({0: peer, 1: killed}, steps)[0] == 1
+    late = SimpleNamespace(exitcode=1, timestamp=102, message="read error")
+    assert root_failure({0: peer, 1: late}, steps)[0] == 0
+    # A hung rank is no failure at all: its peers timed out at a step it never reached.
+    rank, why = root_failure({0: peer}, {0: 5, 1: 4})
+    assert rank == 1 and "step 5" in why

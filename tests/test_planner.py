@@ -160,3 +160,15 @@ def test_calibrate_measures_this_host_into_a_usable_profile(
     profile = OmegaConf.merge(cpu.hardware, {k: v for k, v in written.items() if k != "defaults"})
     validate.check_profile(profile)
     assert profile.peak_tflops.fp32 == pytest.approx(measured["matmul_flops"] / 1e12, rel=1e-3)
+
+
+def test_the_snapshot_interval_minimises_the_expected_waste() -> None:
+    from runner.planner.failures import snapshot_interval_s, waste_fraction
+
+    write_s, mtbf_s = 60.0, 3.1 * 3600  # Llama 3's cluster: one interruption every ~3.1 h
+    best = snapshot_interval_s(write_s, mtbf_s)
+    scan = min(range(60, 6 * 3600), key=lambda t: waste_fraction(t, write_s, mtbf_s))
+    assert best == pytest.approx(scan, abs=1)  # Young's closed form against a brute-force scan
+    out = planned(*MEGATRON, "plan.snapshot_write_s=60")["snapshots"]
+    assert out["job_mtbf_hours"] == pytest.approx(50_000 / 128)
+    assert 0 < out["expected_waste_fraction"] < 1

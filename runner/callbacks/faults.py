@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 
 import pytorch_lightning as pl
 from omegaconf import DictConfig
@@ -9,10 +10,32 @@ from omegaconf import DictConfig
 
 class FaultInjection(pl.Callback):
     def __init__(self, fault: DictConfig) -> None:
-        self.kill_rank, self.at_step = fault.kill_rank, fault.at_step
+        self.kill_rank, self.hang_rank, self.at_step = (
+            fault.kill_rank,
+            fault.hang_rank,
+            fault.at_step,
+        )
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: object) -> None:
-        if trainer.global_rank == self.kill_rank and trainer.global_step == self.at_step:
+        if trainer.global_step != self.at_step:
+            return
+        if trainer.global_rank == self.kill_rank:
             os.kill(
                 os.getpid(), signal.SIGKILL
             )  # abrupt: no handler, no clean-up, like a lost node
+        if trainer.global_rank == self.hang_rank:
+            threading.Event().wait()  # alive, but never at the next collective: a hung rank
+
+
+class Progress(pl.Callback):
+    """Each rank notes the step it has reached in a file of its own, so that when a collective
+    times out, the launcher can tell the rank that stopped from those left waiting for it."""
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = folder
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *_: object) -> None:
+        if self.folder:
+            path = os.path.join(self.folder, f"rank_{trainer.global_rank}")
+            with open(path, "w") as f:
+                f.write(str(trainer.global_step))

@@ -5,6 +5,8 @@ tensor-parallel split is the mesh strategy (plugins/mesh_strategy.py); any pipel
 strategy, which also splits its stages over tp and replicates them over dp.
 """
 
+from datetime import timedelta
+
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import Strategy
 
@@ -14,6 +16,19 @@ from runner.models.sizes import stage_layers
 
 def backend(cfg: DictConfig) -> str:
     return "nccl" if cfg.hardware.accelerator == "gpu" else "gloo"
+
+
+def timeout(cfg: DictConfig) -> timedelta:
+    return timedelta(seconds=cfg.dist.timeout_s)
+
+
+def set_default_timeout(cfg: DictConfig) -> None:
+    """Groups made after the world's (the mesh's dimensions, the tied embedding's) take torch's
+    module default (30 minutes), not the world's timeout: make that default the config's too."""
+    from torch.distributed import distributed_c10d
+
+    distributed_c10d.default_pg_timeout = timeout(cfg)
+    distributed_c10d.default_pg_nccl_timeout = timeout(cfg)
 
 
 def _data(cfg: DictConfig, mesh: Mesh) -> Strategy:
@@ -43,6 +58,7 @@ def _pipeline(cfg: DictConfig, mesh: Mesh) -> Strategy:
         shape=mesh,
         bucket_cap_mb=p.bucket_cap_mb,
         process_group_backend=backend(cfg),
+        timeout=timeout(cfg),
     )
 
 

@@ -3,12 +3,13 @@
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 
-from runner.parallel import backend
+from runner.parallel import backend, timeout
 
 
 def strategy(cfg: DictConfig) -> DDPStrategy:
     return DDPStrategy(
         process_group_backend=backend(cfg),
+        timeout=timeout(cfg),
         bucket_cap_mb=cfg.parallel.bucket_cap_mb,
         # Buffers (the decoder's fixed positions) are equal on every rank: no broadcast per step.
         broadcast_buffers=False,

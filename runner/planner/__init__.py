@@ -10,7 +10,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.mesh import mesh_of
-from runner.planner.hardware import device_share, power_per_device_w
+from runner.planner.failures import energy_kwh, snapshot_plan
+from runner.planner.hardware import device_share
 from runner.planner.memory import memory_per_device_gib
 from runner.planner.timing import (
     model_flops_per_step,
@@ -52,7 +53,7 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
     samples_per_s = cfg.data.batch_size / time.total_s
     tokens_per_s = samples_per_s * tokens_per_sample(cfg)
     hours = duration_hours(cfg, tokens_per_s, time.total_s)
-    energy_kwh = mesh.world * power_per_device_w(cfg.hardware) * cfg.hardware.pue * hours / 1000
+    energy = energy_kwh(cfg, mesh.world, hours * 3600)
     peak = cfg.hardware.peak_tflops[dtype] * 1e12 / device_share(cfg.hardware)
     return {
         "world_size": mesh.world,
@@ -65,8 +66,9 @@ def plan(cfg: DictConfig) -> dict[str, Any]:
         "tokens_per_s": tokens_per_s,
         "mfu": model_flops_per_step(cfg) / time.total_s / (mesh.world * peak),
         "hours": hours,
-        "energy_kwh": energy_kwh,
-        "cost_usd": energy_kwh * cfg.hardware.usd_per_kwh,
+        "energy_kwh": energy,
+        "cost_usd": energy * cfg.hardware.usd_per_kwh,
+        "snapshots": snapshot_plan(cfg, mesh.world, energy * cfg.hardware.usd_per_kwh),
     }
 
 
