@@ -344,6 +344,23 @@ def check_fault(cfg: DictConfig) -> None:
         )
 
 
+def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
+    """An MLflow server must answer before anything trains: a job that cannot record is lost."""
+    if not uri.startswith(("http://", "https://")):
+        return  # a local store: nothing to reach
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError) as failure:
+        reason = getattr(failure, "reason", failure)
+        raise ConfigError(
+            "logger.tracking_uri", f"no MLflow server answers at {uri} ({reason})"
+        ) from None
+
+
 def check_example(cfg: DictConfig) -> None:
     require(cfg.example is not None, "example", "mode=example needs an example (see experiments/)")
     one_of(cfg.example.name, "example.name", EXAMPLES)
@@ -369,3 +386,4 @@ def validate(cfg: DictConfig) -> None:
     elif cfg.mode == "train":
         check_launch(cfg)
         check_fault(cfg)
+    check_tracking(cfg.logger.tracking_uri)  # last: the only check that waits on the network

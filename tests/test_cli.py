@@ -71,6 +71,9 @@ BAD = [
     (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
     (["data.batch_size=-4"], "data.batch_size"),
     (["model=gpt3_175b"], "174.6 B parameters"),
+    # Nothing listens on the discard port here: the job must not train unrecorded.
+    (["logger.tracking_uri=http://127.0.0.1:9"], "no MLflow server answers"),
+    (["parallel=dp_tp", "hardware.devices=2"], "dp x pp x tp = dp=2 x pp=1 x tp=2 = 4"),
 ]
 
 
