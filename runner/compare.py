@@ -42,7 +42,12 @@ def sweep_runs(client: MlflowClient, cfg: DictConfig) -> tuple[str, list[MlflowR
     runs = client.search_runs(
         [exp], f"tags.`mlflow.parentRunId` = '{sweep}' and attributes.status = 'FINISHED'"
     )
-    trained = [r for r in runs if r.data.tags.get("mode") == "train"]
+    trained = [
+        r
+        for r in runs
+        if r.data.tags.get("mode") == "train"
+        and {"step_time_s", "pred/step_time_s"} <= r.data.metrics.keys()
+    ]
     if len(trained) < 2:
         raise ConfigError("report.sweep", f"{sweep} has {len(trained)} finished training run(s)")
     return sweep, sorted(trained, key=lambda r: r.info.start_time)

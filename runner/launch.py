@@ -94,7 +94,7 @@ def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
         try:
             return elastic_launch(config, rank_main)(cfg, record.run_id, progress)[0]
         except ChildFailedError as failed:
-            steps = reached(progress)
+            steps = reached(progress, world)
             rank, reason = root_failure(failed.failures, steps)
             record.client.set_tag(record.run_id, "failed_rank", str(rank))
             lost = max(steps.values(), default=0)  # no snapshot yet: every step done is lost
@@ -103,23 +103,23 @@ def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
             raise JobFailed(rank, reason) from failed
 
 
-def reached(folder: str) -> dict[int, int]:
-    """The step each rank had reached (runner.callbacks.faults.Progress)."""
-    return {int(p.name.split("_")[1]): int(p.read_text() or -1) for p in Path(folder).iterdir()}
+def reached(folder: str, world: int) -> dict[int, int]:
+    """The step each rank had reached (runner.callbacks.faults.Progress); -1: not even the first."""
+    steps = dict.fromkeys(range(world), -1)
+    for path in Path(folder).iterdir():
+        steps[int(path.name.split("_")[1])] = int(path.read_text() or -1)
+    return steps
 
 
 def root_failure(failures: Mapping[int, Any], steps: Mapping[int, int]) -> tuple[int, str]:
     """The rank that brought the job down, not its victims, and why.
 
-    A rank killed by a signal left no error of its own; its peers fail on the broken connection,
-    and may record that before the launcher notices the death: the first killed rank is the
-    cause. A rank that hung is not among the failures at all: its peers time out waiting for it
-    in a collective, at a step it never reached. Otherwise, the first rank to fail.
+    A rank that hung is not among the failures at all: its peers time out waiting for it in a
+    collective, at a step it never reached (on GPUs, NCCL's watchdog aborts them: they die by a
+    signal too). A rank killed by a signal left no error of its own; its peers fail on the broken
+    connection and may record that before the launcher notices the death. So: a rank left
+    behind, else the first killed rank, else the first to fail.
     """
-    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
-    if killed:
-        rank = min(killed, key=lambda r: killed[r].timestamp)
-        return rank, reason(killed[rank])
     behind = [r for r, step in steps.items() if step < max(steps.values()) and r not in failures]
     if behind:
         rank = min(behind, key=lambda r: steps[r])
@@ -128,8 +128,10 @@ def root_failure(failures: Mapping[int, Any], steps: Mapping[int, int]) -> tuple
             f"stopped taking part at step {steps[rank] + 1}: the others waited for it until "
             f"dist.timeout_s ran out (rank {first}: {reason(failures[first])})"
         )
-    rank = min(failures, key=lambda r: failures[r].timestamp)
-    return rank, reason(failures[rank])
+    killed = {rank: f for rank, f in failures.items() if f.exitcode < 0}
+    pool = killed or failures
+    rank = min(pool, key=lambda r: pool[r].timestamp)
+    return rank, reason(pool[rank])
 
 
 def reason(failure: Any) -> str:

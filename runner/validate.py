@@ -211,6 +211,11 @@ def check_profile(hw: DictConfig) -> None:
 
 def check_plan(cfg: DictConfig) -> None:
     p = cfg.plan
+    require(
+        param_count(cfg.model) is not None,
+        "model",
+        "the planner sizes the runner's own models only (neuron, ffnn, decoder, gpt3_175b)",
+    )
     one_of(p.dtype, "plan.dtype", DTYPES)
     require(p.dtype in cfg.hardware.peak_tflops, "hardware.peak_tflops", f"has no {p.dtype} figure")
     require(p.hours is None or p.tokens is None, "plan.hours", "give plan.hours or plan.tokens")
@@ -252,6 +257,13 @@ def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
         "parallel.microbatches",
         f"1f1b needs at least one micro-batch per stage ({mesh.pp}), got {p.microbatches}; "
         "schedule=gpipe runs any number (1 is plain model parallelism)",
+    )
+    rounds = max(1, p.microbatches // mesh.pp)  # interleaved schedules run micro-batches in rounds
+    require(
+        p.schedule not in MULTI_STAGE or p.microbatches % rounds == 0,
+        "parallel.microbatches",
+        f"{p.schedule} runs micro-batches in rounds of parallel.pp={mesh.pp}: {p.microbatches} "
+        f"is not a multiple of its {rounds} rounds; try {rounds * mesh.pp}",
     )
     require(
         p.virtual_stages == 1 or p.schedule in MULTI_STAGE,
@@ -377,6 +389,8 @@ def validate(cfg: DictConfig) -> None:
     check_trainer(cfg.trainer)
     check_hardware(cfg)
     check_profile(cfg.hardware)
+    if cfg.mode == "train":  # the runner trains in fp32: its predictions need that figure
+        require("fp32" in cfg.hardware.peak_tflops, "hardware.peak_tflops", "needs an fp32 figure")
     check_layout(cfg)
     if cfg.mode == "example":
         check_example(cfg)
@@ -386,4 +400,10 @@ def validate(cfg: DictConfig) -> None:
     elif cfg.mode == "train":
         check_launch(cfg)
         check_fault(cfg)
+    elif cfg.mode == "calibrate":
+        require(
+            world_size(cfg) == 1 and cfg.hardware.accelerator == "cpu",
+            "mode",
+            "calibrate measures this host with one process: drop parallel and hardware overrides",
+        )
     check_tracking(cfg.logger.tracking_uri)  # last: the only check that waits on the network

@@ -253,3 +253,4 @@ def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
     # A hung rank is no failure at all: its peers timed out at a step it never reached.
     rank, why = root_failure({0: peer}, {0: 5, 1: 4})
     assert rank == 1 and "step 5" in why
+    assert root_failure({0: peer}, {0: 0, 1: -1})[0] == 1  # hung before its first step

@@ -60,6 +60,16 @@ def test_every_schedule_equals_the_single_process_run(
         (["parallel.schedule=chimera"], "parallel.schedule"),
         (["parallel.virtual_stages=2"], "parallel.virtual_stages"),  # 1f1b has none
         (["parallel.split=[1,1]"], "parallel.split"),  # 2 layers of 3
+        (  # interleaved schedules run micro-batches in rounds of pp: 5 is not 2 rounds of 2
+            [
+                "parallel.schedule=interleaved_1f1b",
+                "parallel.virtual_stages=2",
+                "model.hidden=[8,8,8]",
+                "parallel.microbatches=5",
+                "data.batch_size=30",
+            ],
+            "parallel.microbatches",
+        ),
     ],
 )
 def test_bad_layouts_are_refused_before_launch(overrides: list[str], key: str) -> None:

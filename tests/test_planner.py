@@ -90,6 +90,7 @@ def test_a_token_budget_sets_the_duration() -> None:
         (["mode=plan", "model=gpt3_175b", "hardware=gpu", "hardware.memory_gib=16"],
          "hardware.memory_gib"),  # one GPT-3 block with Adam state is 27 GiB
         (["mode=plan", "plan.dtype=fp8"], "plan.dtype"),
+        (["mode=calibrate", "parallel=data", "hardware.devices=2"], "mode"),  # one process only
     ],
 )  # fmt: skip
 def test_bad_profiles_and_plans_name_the_key(overrides: list[str], key: str) -> None:
@@ -172,3 +173,12 @@ def test_the_snapshot_interval_minimises_the_expected_waste() -> None:
     out = planned(*MEGATRON, "plan.snapshot_write_s=60")["snapshots"]
     assert out["job_mtbf_hours"] == pytest.approx(50_000 / 128)
     assert 0 < out["expected_waste_fraction"] < 1
+
+
+def test_without_a_pipeline_virtual_stages_change_no_prediction() -> None:
+    from runner.models.sizes import param_count
+    from runner.planner import predict
+
+    cfg, _ = compose_job("parallel=data", "hardware.devices=2", "parallel.virtual_stages=2")
+    validate.validate(cfg)
+    assert predict(cfg, 2)["pred/comm_bytes_per_step/dp"] == 4 * param_count(cfg.model)

@@ -42,13 +42,21 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _settle(t: torch.Tensor) -> None:
+    """On a GPU, waiting only orders the stream: the host must wait for the kernels to time them."""
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
 def _timed(collective: Callable, kind: str, output: bool) -> Callable:
     @functools.wraps(collective)
     def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        _settle(tensor)
         start = time.perf_counter()
         out = collective(tensor, *args, **kwargs)
         if isinstance(out, funcol.AsyncCollectiveTensor):
             out = out.wait()
+        _settle(out)
         _recorders[0](kind, start, time.perf_counter(), _nbytes(out if output else tensor))
         return out
 

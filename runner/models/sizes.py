@@ -62,9 +62,12 @@ COUNTERS = {
 
 def stage_layers(model_cfg: Mapping[str, Any], parallel_cfg: Mapping[str, Any]) -> list[range]:
     """The layers of each pipeline stage (one stage when there is no pipeline)."""
+    layers = pipeline_layers(model_cfg)
+    if parallel_cfg["pp"] == 1:  # no pipeline: virtual stages and a split mean nothing
+        return [range(layers)]
     stages = parallel_cfg["pp"] * parallel_cfg["virtual_stages"]
     split = parallel_cfg["split"]
-    split = list(split) if split else balanced_split(pipeline_layers(model_cfg), stages)
+    split = list(split) if split else balanced_split(layers, stages)
     ends = [sum(split[: s + 1]) for s in range(len(split))]
     return [range(end - n, end) for end, n in zip(ends, split, strict=True)]
 

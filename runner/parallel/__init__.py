@@ -40,7 +40,9 @@ def _data(cfg: DictConfig, mesh: Mesh) -> Strategy:
 def _tensor(cfg: DictConfig, mesh: Mesh) -> Strategy:
     from plugins.mesh_strategy import MeshStrategy
 
-    return MeshStrategy(mesh, cfg.parallel.bucket_cap_mb, process_group_backend=backend(cfg))
+    return MeshStrategy(
+        mesh, cfg.parallel.bucket_cap_mb, process_group_backend=backend(cfg), timeout=timeout(cfg)
+    )
 
 
 def _pipeline(cfg: DictConfig, mesh: Mesh) -> Strategy:

@@ -28,7 +28,8 @@ def tier(hw: DictConfig, mesh: Mesh, dim: str) -> DictConfig:
     chosen = hw.tiers.get(dim, "auto")
     if chosen == "auto":
         span = {"tp": mesh.tp, "dp": mesh.tp * mesh.dp, "pp": mesh.world}[dim]
-        chosen = "intra_node" if span <= hw.devices else "inter_node"
+        inside = span <= hw.devices and hw.devices % span == 0  # no group straddles two nodes
+        chosen = "intra_node" if inside else "inter_node"
     return hw[chosen]
 
 
