@@ -64,6 +64,7 @@ def settle(cfg: DictConfig, started: int | None = None) -> Mesh:
     nodes; refuse a mesh that cannot match the processes. `started`: the processes torchrun or
     SLURM started, which a null `hardware.devices` then takes."""
     p, hw = cfg.parallel, cfg.hardware
+    require(hw.devices is None or hw.devices > 0, "hardware.devices", "must be positive or null")
     if hw.devices is None and started is not None:
         require(
             started % hw.nodes == 0,

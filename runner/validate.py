@@ -27,7 +27,6 @@ DTYPES = ("fp32", "bf16")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")
 EXAMPLES = ("neuron", "backprop")
-BYTES_PER_PARAM_TRAINING = 16  # fp32 weights, gradients and two Adam moments
 
 
 __all__ = ["ConfigError", "validate"]
@@ -133,19 +132,24 @@ def host_memory_gib() -> float:
 
 
 def check_fits(cfg: DictConfig) -> None:
-    """Refuse to train what cannot fit: GPT-3 is for mode=plan, on the meta device."""
+    """Refuse to train what cannot fit, counted as the planner counts it for this layout (each
+    device's share: tensor and pipeline parallelism split the model); on a CPU, the processes of
+    the host share its memory. GPT-3 is for mode=plan, on the meta device."""
+    from runner.planner.memory import memory_per_device_gib  # torch-free, like this module
+
     params = param_count(cfg.model)
     if params is None:
         return
-    need = (
-        params * BYTES_PER_PARAM_TRAINING / 2**30
-    )  # whole model per device (pipeline: an upper bound)
+    need = memory_per_device_gib(cfg, "fp32")["total"]
+    cpu = cfg.hardware.accelerator == "cpu"
     have = cfg.hardware.memory_gib or host_memory_gib()
+    sharing = f" x {cfg.hardware.devices} processes on one host" if cpu else ""
     require(
-        need <= have,
+        need * (cfg.hardware.devices if cpu else 1) <= have,
         "model",
-        f"{params / 1e9:.1f} B parameters need {need:,.0f} GiB per device to train "
-        f"(weights, gradients, Adam state); hardware has {have:,.0f} GiB: too large to train here",
+        f"{params / 1e9:.1f} B parameters need {need:,.0f} GiB per device to train in this layout"
+        f"{sharing} (weights, gradients, Adam state, activations); hardware has {have:,.0f} GiB:"
+        " too large to train here",
     )
 
 
@@ -380,18 +384,18 @@ def check_example(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     one_of(cfg.mode, "mode", MODES)
+    check_hardware(cfg)  # the devices asked for exist here
+    check_layout(cfg)  # the mesh says how much of the model each device holds
     if cfg.mode == "train":
-        check_fits(cfg)  # first: nothing else matters for a model too large to train
+        check_fits(cfg)  # then: nothing else matters for a model too large to train
     check = MODEL_CHECKS.get(cfg.model.get("_target_", ""))
     if check is not None:
         check(cfg.model, cfg)
     check_data(cfg)
     check_trainer(cfg.trainer)
-    check_hardware(cfg)
     check_profile(cfg.hardware)
     if cfg.mode == "train":  # the runner trains in fp32: its predictions need that figure
         require("fp32" in cfg.hardware.peak_tflops, "hardware.peak_tflops", "needs an fp32 figure")
-    check_layout(cfg)
     if cfg.mode == "example":
         check_example(cfg)
     elif cfg.mode == "plan":

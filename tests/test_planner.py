@@ -182,3 +182,16 @@ def test_without_a_pipeline_virtual_stages_change_no_prediction() -> None:
     cfg, _ = compose_job("parallel=data", "hardware.devices=2", "parallel.virtual_stages=2")
     validate.validate(cfg)
     assert predict(cfg, 2)["pred/comm_bytes_per_step/dp"] == 4 * param_count(cfg.model)
+
+
+def test_training_fits_as_the_layout_splits_the_model() -> None:
+    """On a CPU the processes share the host: 4 replicas need 4 copies, 4 stages one."""
+    big = ["model.d_model=1024", "model.n_heads=8", "model.n_layers=8", "hardware.memory_gib=4"]
+    cfg, _ = compose_job(*big)
+    validate.validate(cfg)  # one copy: about 1.6 GiB with Adam state and activations
+    cfg, _ = compose_job(*big, "parallel=data", "hardware.devices=4", "data.batch_size=32")
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == "model" and "x 4 processes on one host" in str(error.value)
+    cfg, _ = compose_job(*big, "parallel=pipeline", "hardware.devices=4")
+    validate.validate(cfg)

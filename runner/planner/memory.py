@@ -53,6 +53,8 @@ def activation_bytes(cfg: DictConfig, mesh: Mesh, dtype: str) -> float:
         if cfg.plan.recompute:
             return in_flight(cfg, mesh) * layers * s * micro * h * elem + per_layer + logits
         return in_flight(cfg, mesh) * (layers * per_layer) + logits
+    if not m.get("_target_", "").endswith("FFNN"):
+        return 0.0  # a neuron: nothing worth counting
     return in_flight(cfg, mesh) * 2 * micro * sum(widths(m)) * elem  # each layer's in and out
 
 
