@@ -11,6 +11,7 @@ and ends it FINISHED, or FAILED with the failing rank in the tag `failed_rank`.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -36,31 +37,41 @@ def bind_gloo_to_loopback() -> None:
 
 
 def rank_main(
-    cfg: dict[str, Any], run_id: str | None, progress: str | None = None
+    cfg: dict[str, Any],
+    run_id: str | None,
+    progress: str | None = None,
+    resume: tuple[str, int] | None = None,
 ) -> dict[str, float]:
     """What every rank runs (a module-level function: spawned ranks import it by name)."""
     from runner.training import train
 
-    return train(OmegaConf.create(cfg), run_id, progress)
+    return train(OmegaConf.create(cfg), run_id, progress, resume)
 
 
 def run(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, float]:
     world = world_size(cfg)
+    resumed, resume = None, None
+    if cfg.resume:
+        from runner.snapshots import find  # imports torch: only when a snapshot is wanted
+
+        resumed, folder, step = find(cfg)
+        resume = (str(folder.resolve()), step)
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
     if world > 1 and external_launcher() is None:
         bind_gloo_to_loopback()
-        with recorded_run(cfg, choices, overrides, world) as record:
-            return spawn(resolved, world, record)
+        with recorded_run(cfg, choices, overrides, world, resumed) as record:
+            return spawn(resolved, world, record, resume)
     if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
         bind_gloo_to_loopback()
     if global_rank() != 0:  # one rank among those torchrun or srun started: rank 0 records
-        return rank_main(resolved, None)
-    with recorded_run(cfg, choices, overrides, world) as record:
+        return rank_main(resolved, None, None, resume)
+    with recorded_run(cfg, choices, overrides, world, resumed) as record:
         if world > 1:
             signal.signal(signal.SIGTERM, _exit_on_sigterm)
-        return rank_main(resolved, record.run_id)
+        return rank_main(resolved, record.run_id, None, resume)
 
 
 def _exit_on_sigterm(*_: object) -> None:
@@ -68,7 +79,9 @@ def _exit_on_sigterm(*_: object) -> None:
     sys.exit("rank 0 was terminated: another rank failed, or the job was cancelled")
 
 
-def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
+def spawn(
+    cfg: dict[str, Any], world: int, record: Run, resume: tuple[str, int] | None = None
+) -> dict[str, float]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -92,15 +105,24 @@ def spawn(cfg: dict[str, Any], world: int, record: Run) -> dict[str, float]:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress:
         try:
-            return elastic_launch(config, rank_main)(cfg, record.run_id, progress)[0]
+            return elastic_launch(config, rank_main)(cfg, record.run_id, progress, resume)[0]
         except ChildFailedError as failed:
             steps = reached(progress, world)
             rank, reason = root_failure(failed.failures, steps)
             record.client.set_tag(record.run_id, "failed_rank", str(rank))
-            lost = max(steps.values(), default=0)  # no snapshot yet: every step done is lost
-            spent = time.time() - started
+            saved, since = last_snapshot(Path(cfg["checkpoint"]["dir"]) / record.run_id, started)
+            lost = max(steps.values(), default=0) - saved  # redone from the last snapshot
+            spent = time.time() - since
             record.log_metrics(lost_work(OmegaConf.create(cfg), world, lost, spent))
             raise JobFailed(rank, reason) from failed
+
+
+def last_snapshot(run_dir: Path, started: float) -> tuple[int, float]:
+    """(step, time) of the run's newest complete snapshot; (0, launch time) without one."""
+    marks = sorted(run_dir.glob("step_*/runner.json"))
+    if not marks:
+        return 0, started
+    return json.loads(marks[-1].read_text())["step"], max(marks[-1].stat().st_mtime, started)
 
 
 def reached(folder: str, world: int) -> dict[int, int]:

@@ -149,6 +149,16 @@ class DistConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Snapshots of the whole training state, to resume from after a failure."""
+
+    every_n_steps: int = 0  # 0: none
+    dir: str = (
+        "snapshots"  # <dir>/<run id>/step_<n>/, one file per rank (torch.distributed.checkpoint)
+    )
+
+
+@dataclass
 class ExampleConfig:
     """A worked example of the seed, computed by the real model with autograd."""
 
@@ -198,6 +208,8 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str | None = None  # auto (the newest complete snapshot) or a run id
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

@@ -96,21 +96,31 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
 
 @contextlib.contextmanager
 def recorded_run(
-    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str], world_size: int = 1
+    cfg: DictConfig,
+    choices: Mapping[str, str | None],
+    overrides: list[str],
+    world_size: int = 1,
+    resumed: str | None = None,
 ) -> Iterator[Run]:
-    """Open the job's run and end it FINISHED if the body returns, FAILED on any exception
-    (Ctrl-C too) or if recording the config itself fails: never left RUNNING."""
+    """Open the job's run (or reopen `resumed`, a run that a snapshot continues) and end it
+    FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
+    itself fails: never left RUNNING."""
     client = MlflowClient(cfg.logger.tracking_uri)
-    name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
-    exp = experiment_id(client, cfg.logger.experiment_name)
-    tags = run_tags(cfg, choices, world_size)
-    run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
+    if resumed:
+        client.update_run(resumed, status="RUNNING")
+        run = Run(client, resumed)
+    else:
+        name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
+        exp = experiment_id(client, cfg.logger.experiment_name)
+        tags = run_tags(cfg, choices, world_size)
+        run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
-        run.log_batch("params", [Param(k, v) for k, v in flatten(cfg).items()])
-        client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-        client.log_text(
-            run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
-        )
+        if not resumed:
+            run.log_batch("params", [Param(k, v) for k, v in flatten(cfg).items()])
+            client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+            client.log_text(
+                run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
+            )
         yield run
     except BaseException:
         run.end("FAILED")

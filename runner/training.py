@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -15,6 +17,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from pytorch_lightning.loggers import MLFlowLogger
+from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import DataLoader
 
 from runner import parallel
@@ -25,6 +28,7 @@ from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.lit_module import TrainModule
 from runner.planner.failures import priced
+from runner.snapshots import Snapshots
 from runner.validate import ConfigError
 
 
@@ -35,35 +39,58 @@ def set_threads(cfg: DictConfig) -> None:
 
 
 def loaders(
-    splits: Splits, cfg: DictConfig, rank: int, world: int
+    splits: Splits, cfg: DictConfig, rank: int, world: int, start: int = 0
 ) -> tuple[DataLoader, DataLoader]:
-    """This rank's shard of every global batch (data-parallel ranks differ, nothing else does)."""
+    """This rank's shard of every global batch (data-parallel ranks differ, nothing else does),
+    training from global batch `start` on (a resumed run)."""
 
-    def loader(dataset: Any, shuffle: bool) -> DataLoader:
+    def loader(dataset: Any, shuffle: bool, start: int) -> DataLoader:
         batches = ShardedBatchSampler(
-            len(dataset), cfg.data.batch_size, rank, world, shuffle, cfg.seed
+            len(dataset), cfg.data.batch_size, rank, world, shuffle, cfg.seed, start
         )
         return DataLoader(dataset, batch_sampler=batches)
 
-    return loader(splits.train, True), loader(splits.val, False)
+    return loader(splits.train, True, start), loader(splits.val, False, 0)
+
+
+class StepLogger(MLFlowLogger):
+    """MLflow's logger, its steps counted on from where a resumed run's snapshot left off."""
+
+    def __init__(self, *args: Any, step_offset: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_offset = step_offset
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics(metrics, None if step is None else step + self.step_offset)
 
 
 def build_trainer(
-    cfg: DictConfig, run_id: str | None, timing: RankTiming, progress: str | None = None
+    cfg: DictConfig,
+    run_id: str | None,
+    timing: RankTiming,
+    progress: str | None = None,
+    resume: tuple[str, int] | None = None,
 ) -> pl.Trainer:
-    t = cfg.trainer
-    logger = MLFlowLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run_id) if run_id else False
+    t, (folder, start) = cfg.trainer, resume or (None, 0)
+    logger = (
+        StepLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run_id, step_offset=start)
+        if run_id
+        else False
+    )
+    run_dir = Path(cfg.checkpoint.dir) / run_id if run_id else None
+    snapshots = Snapshots(cfg, run_dir, start, Path(folder) if folder else None)
     return pl.Trainer(
         accelerator=cfg.hardware.accelerator,
         devices=cfg.hardware.devices,
         num_nodes=cfg.hardware.nodes,
         strategy=parallel.strategy(cfg),
         use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
-        max_steps=t.max_steps,
+        max_steps=t.max_steps - start,
         max_epochs=-1,
         logger=logger,
         # The fault first: a rank that hangs at a step has not reached it.
-        callbacks=[FaultInjection(cfg.fault), Progress(progress), timing],
+        callbacks=[FaultInjection(cfg.fault, start), Progress(progress, start), timing, snapshots],
         log_every_n_steps=1,
         val_check_interval=t.val_every_n_steps,
         check_val_every_n_epoch=None,
@@ -90,7 +117,10 @@ def run_figures(cfg: DictConfig, timing: RankTiming, tokens_per_sample: int) -> 
 
 
 def train(
-    cfg: DictConfig, run_id: str | None = None, progress: str | None = None
+    cfg: DictConfig,
+    run_id: str | None = None,
+    progress: str | None = None,
+    resume: tuple[str, int] | None = None,
 ) -> dict[str, float]:
     """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
     set_threads(cfg)
@@ -105,9 +135,9 @@ def train(
     )
     timing = RankTiming(cfg.trainer.warmup_steps, cuda=cfg.hardware.accelerator == "gpu")
     parallel.set_default_timeout(cfg)
-    trainer = build_trainer(cfg, run_id, timing, progress)
+    trainer = build_trainer(cfg, run_id, timing, progress, resume)
     shard = parallel.data_shard(cfg, trainer.global_rank)
-    train_loader, val_loader = loaders(splits, cfg, *shard)
+    train_loader, val_loader = loaders(splits, cfg, *shard, start=resume[1] if resume else 0)
     if len(train_loader) == 0:
         raise ConfigError(
             "data.batch_size",

@@ -339,6 +339,8 @@ def check_launch(cfg: DictConfig) -> None:
 
 def check_fault(cfg: DictConfig) -> None:
     f, world = cfg.fault, world_size(cfg)
+    every = cfg.checkpoint.every_n_steps
+    require(every >= 0, "checkpoint.every_n_steps", f"must be 0 (none) or more, got {every}")
     require(cfg.dist.timeout_s > 0, "dist.timeout_s", f"must be positive, got {cfg.dist.timeout_s}")
     require(
         f.kill_rank is None or f.hang_rank is None,

@@ -9,15 +9,16 @@ from omegaconf import DictConfig
 
 
 class FaultInjection(pl.Callback):
-    def __init__(self, fault: DictConfig) -> None:
+    def __init__(self, fault: DictConfig, start: int = 0) -> None:
         self.kill_rank, self.hang_rank, self.at_step = (
             fault.kill_rank,
             fault.hang_rank,
             fault.at_step,
         )
+        self.resumed = start > 0  # a run resumed after its fault is not failed again
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: object) -> None:
-        if trainer.global_step != self.at_step:
+        if self.resumed or trainer.global_step != self.at_step:
             return
         if trainer.global_rank == self.kill_rank:
             os.kill(
@@ -31,11 +32,11 @@ class Progress(pl.Callback):
     """Each rank notes the step it has reached in a file of its own, so that when a collective
     times out, the launcher can tell the rank that stopped from those left waiting for it."""
 
-    def __init__(self, folder: str | None) -> None:
-        self.folder = folder
+    def __init__(self, folder: str | None, start: int = 0) -> None:
+        self.folder, self.start = folder, start
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: object) -> None:
         if self.folder:
             path = os.path.join(self.folder, f"rank_{trainer.global_rank}")
             with open(path, "w") as f:
-                f.write(str(trainer.global_step))
+                f.write(str(self.start + trainer.global_step))

@@ -222,9 +222,12 @@ class RankTiming(pl.Callback):
     # --- the record ---
     def rank_summary(self) -> dict[str, Any]:
         timed = self.steps[self.warmup_steps :]
-        per_step = [s.figures() for s in timed]
+        # Every figure over the same steps: those whose loop interval is known (not the last one,
+        # none holding a validation), so that no step's wall outweighs the intervals' mean.
+        looped = [s for s in timed if s.next_start and not s.validated] or timed
+        per_step = [s.figures() for s in looped]
         figures = {k: fmean(f[k] for f in per_step) for k in per_step[0]} if per_step else {}
-        loops = [s.next_start - s.start for s in timed if s.next_start and not s.validated]
+        loops = [s.next_start - s.start for s in looped if s.next_start]
         if loops:
             figures["loop_time_s"] = fmean(loops)
         shown = timed[: self.timeline_steps]

@@ -1,0 +1,188 @@
+"""Snapshots of the whole training state, and resuming from them.
+
+Every `checkpoint.every_n_steps` steps each rank writes its share with torch.distributed.checkpoint
+(tensor-parallel shards and pipeline stages stay where they are: one file per rank): the model, the
+optimizer state (keyed by parameter name, so any layout maps), and its RNG. Writes go to
+`step_N.partial/`; once every rank is done, rank 0 adds `runner.json` (step, model, mesh) and
+renames the folder to `step_N/`: a crash while writing never leaves a folder that looks complete.
+Pipeline ranks hold different stages under the same module names, so their state is keyed by stage.
+Before loading, the snapshot's metadata (a pickle, as DCP writes it) is read with an unpickler that
+admits only torch's and the checkpoint format's own classes: nothing in a file runs code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from runner.errors import ConfigError, require
+from runner.mesh import mesh_of
+
+MARK = "runner.json"
+
+
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """What a snapshot must match to be resumed: the model and the mesh."""
+    return {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "mesh": list(mesh_of(cfg).shape),
+    }
+
+
+def state_view(trainer: pl.Trainer) -> nn.Module:
+    model, strategy = trainer.lightning_module.model, trainer.strategy
+    stage_ids = getattr(strategy, "stage_ids", None)
+    if stage_ids is None:
+        return model
+    return nn.ModuleDict({f"stage{s}": part for s, part in zip(stage_ids, model, strict=True)})
+
+
+def optim_key(trainer: pl.Trainer) -> str:
+    """Pipeline ranks' optimizers hold different stages: one key per pipeline position (its
+    tensor-parallel shards and data-parallel replicas share it, as DCP expects)."""
+    coords = getattr(trainer.strategy, "coords", None)
+    return f"optim/pp{coords['pp']}" if hasattr(trainer.strategy, "stage_ids") else "optim"
+
+
+def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
+    view = state_view(trainer)
+    model, optim = get_state_dict(view, trainer.optimizers[0])
+    rank = trainer.global_rank
+    return view, {"model": model, optim_key(trainer): optim, f"rng/{rank}": torch.get_rng_state()}
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any]) -> None:
+    _, state = training_state(trainer)
+    partial = folder.with_name(folder.name + ".partial")
+    dcp.save(state, checkpoint_id=str(partial))
+    barrier()  # every rank's share is on disk
+    if trainer.global_rank == 0:
+        (partial / MARK).write_text(json.dumps(meta))
+        os.replace(partial, folder)
+    barrier()
+
+
+def load(trainer: pl.Trainer, folder: Path) -> None:
+    view, state = training_state(trainer)
+    dcp.load(state, checkpoint_id=str(folder))
+    set_state_dict(
+        view,
+        trainer.optimizers[0],
+        model_state_dict=state["model"],
+        optim_state_dict=state[optim_key(trainer)],
+    )
+    torch.set_rng_state(state[f"rng/{trainer.global_rank}"])
+
+
+class Snapshots(pl.Callback):
+    def __init__(self, cfg: DictConfig, run_dir: Path | None, start: int, resume: Path | None):
+        self.every, self.run_dir, self.start, self.resume = (
+            cfg.checkpoint.every_n_steps, run_dir, start, resume,
+        )  # fmt: skip
+        self.meta = identity(cfg)
+
+    def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self.resume is not None:
+            load(trainer, self.resume)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        step = self.start + trainer.global_step
+        if self.every and self.run_dir is not None and step % self.every == 0:
+            save(trainer, self.run_dir / f"step_{step:08d}", self.meta | {"step": step})
+
+
+# --- finding and checking a snapshot, before anything is launched ---
+# What DCP's metadata pickle may name: its own record classes, shapes, dtypes, and these.
+PLAIN = {("torch", "Size"), ("pathlib", "PosixPath"), ("torch.serialization", "_get_layout")}
+
+
+class SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        own = module.startswith("torch.distributed.checkpoint")
+        found = (
+            super().find_class(module, name)
+            if own or module == "torch" or ((module, name) in PLAIN)
+            else None
+        )
+        if (module, name) in PLAIN or (own and isinstance(found, type)):
+            return found
+        if isinstance(found, torch.dtype):
+            return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not one of the format's plain types")
+
+
+def check_files(folder: Path) -> None:
+    """The metadata is plain data, and every file it points to holds the bytes it says."""
+    try:
+        meta = SafeUnpickler(io.BytesIO((folder / ".metadata").read_bytes())).load()
+        for info in meta.storage_data.values():
+            path = folder / info.relative_path
+            if path.stat().st_size < info.offset + info.length:
+                raise OSError(f"{path.name} is truncated")
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError) as failure:
+        raise ValueError(str(failure)) from None
+
+
+def complete(run_dir: Path) -> list[Path]:
+    """The run's snapshots that were finished (rank 0 marks them last), oldest first."""
+    done = (p for p in run_dir.glob("step_*") if not p.name.endswith(".partial"))
+    return sorted(p for p in done if (p / MARK).is_file())
+
+
+def candidates(cfg: DictConfig) -> list[Path]:
+    """resume=auto: every run's; resume=<run id>: that run's; resume=<run id>/step_N: that one."""
+    root = Path(cfg.checkpoint.dir)
+    if cfg.resume == "auto":
+        found = [s for run in root.glob("*") if run.is_dir() for s in complete(run)]
+        return sorted(found, key=lambda p: (p / MARK).stat().st_mtime)
+    named = root / cfg.resume
+    return [named] if named.name.startswith("step_") else complete(named)
+
+
+def find(cfg: DictConfig) -> tuple[str, Path, int]:
+    """(run id, folder, step) of the snapshot to resume; refused, in one line, if it is broken
+    (the previous complete one is offered) or holds another model or layout."""
+    found = [p for p in candidates(cfg) if (p / MARK).is_file()]
+    if not found:
+        raise ConfigError(
+            "resume", f"no complete snapshot for resume={cfg.resume} under {cfg.checkpoint.dir}"
+        )
+    folder = found[-1]
+    try:
+        check_files(folder)
+    except ValueError as broken:
+        previous = (
+            f"; the previous one: resume={found[-2].parent.name}/{found[-2].name}"
+            if len(found) > 1
+            else ""
+        )
+        raise ConfigError("resume", f"{folder} is broken ({broken}){previous}") from None
+    meta, mine = json.loads((folder / MARK).read_text()), identity(cfg)
+    for key in ("model", "mesh"):
+        if meta[key] != mine[key]:
+            raise ConfigError(
+                "resume", f"{folder} holds another {key}: {meta[key]}, this job has {mine[key]}"
+            )
+    require(
+        meta["step"] < cfg.trainer.max_steps,
+        "trainer.max_steps",
+        f"{folder} is at step {meta['step']}: nothing left to train",
+    )
+    return folder.parent.name, folder, meta["step"]

@@ -1,0 +1,96 @@
+"""Snapshots and resume: an interrupted run, resumed, gives the uninterrupted run's losses; broken
+or foreign snapshots are refused before anything starts; nothing in a snapshot runs code."""
+
+import pickle
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from runner import validate
+from runner.snapshots import SafeUnpickler, find
+from tests.conftest import QUICK, all_runs, compose_job, run_cli, train
+
+STEPS = 20
+SNAPSHOTS = ["checkpoint.every_n_steps=5", f"trainer.max_steps={STEPS}"]
+RELATIVE = 1e-6
+LAYOUTS = {  # every layout's machinery: DDP, pipeline stages, tensor shards (pp_tp has both)
+    "data": ["model=ffnn", "parallel=data", "hardware.devices=2"],
+    "pp_tp": ["model=decoder", "model.d_model=32", "model.dropout=0", "data.batch_size=16",
+              "parallel=pp_tp"],
+}  # fmt: skip
+
+
+def losses_by_step(uri: str, run_id: str) -> list[float]:
+    """The loss of every step; a step redone after a resume counts once (its last value)."""
+    history = MlflowClient(uri).get_metric_history(run_id, "train_loss")
+    by_step = {m.step: m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))}
+    return [by_step[step] for step in sorted(by_step)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_a_killed_run_resumed_equals_the_uninterrupted_one(tmp_path: Path, layout: str) -> None:
+    job, uri = [*LAYOUTS[layout], *SNAPSHOTS, *QUICK], f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run_cli(*job, cwd=tmp_path).returncode == 0
+    killed = run_cli(*job, "fault.kill_rank=1", "fault.at_step=12", cwd=tmp_path)
+    assert killed.returncode == 1
+    resumed = run_cli(*job, "fault.kill_rank=1", "fault.at_step=12", "resume=auto", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    whole, interrupted = sorted(all_runs(uri), key=lambda r: r.info.start_time)
+    assert interrupted.info.status == "FINISHED"  # the same run, finished after the resume
+    expected = losses_by_step(uri, whole.info.run_id)
+    assert len(expected) == STEPS
+    assert losses_by_step(uri, interrupted.info.run_id) == pytest.approx(expected, rel=RELATIVE)
+    assert interrupted.data.metrics["lost_steps"] == 2  # steps 10 and 11, redone from step 10
+
+
+def test_a_single_process_run_resumes_from_its_snapshot(store: str) -> None:
+    job = ["model=ffnn", *SNAPSHOTS]
+    expected = losses_by_step(store, train(*job))
+    first = train("model=ffnn", "checkpoint.every_n_steps=5", "trainer.max_steps=12")
+    cfg, _ = compose_job("model=ffnn", *SNAPSHOTS, "resume=auto")
+    validate.validate(cfg)
+    assert find(cfg)[0] == first  # the newest snapshot: step 10 of the shorter run
+    from runner.app import run_job
+
+    run_job(cfg, {"model": "ffnn", "hardware": "cpu", "data": "digits"}, ["resume=auto"])
+    assert losses_by_step(store, first) == pytest.approx(expected, rel=RELATIVE)
+
+
+def snapshot_of(store: str, *job: str) -> Path:
+    run_id = train(*job, "checkpoint.every_n_steps=5", "trainer.max_steps=10")
+    return Path("snapshots") / run_id
+
+
+def test_a_broken_snapshot_is_refused_and_the_previous_one_offered(store: str) -> None:
+    run_dir = snapshot_of(store, "model=ffnn")
+    (run_dir / "step_00000010" / "__0_0.distcp").write_bytes(b"")  # truncated by a crash
+    cfg, _ = compose_job("model=ffnn", "resume=auto", "trainer.max_steps=20")
+    with pytest.raises(validate.ConfigError) as error:
+        find(cfg)
+    assert "truncated" in str(error.value) and f"resume={run_dir.name}/step_00000005" in str(
+        error.value
+    )
+    cfg, _ = compose_job("model=ffnn", f"resume={run_dir.name}/step_00000005")
+    assert find(cfg)[2] == 5
+
+
+def test_a_snapshot_of_another_model_or_layout_is_refused(store: str) -> None:
+    snapshot_of(store, "model=ffnn")
+    layout = ["parallel=data", "hardware.devices=2"]
+    for other, named in ((["model.hidden=[32]"], "model"), (layout, "mesh")):
+        cfg, _ = compose_job("model=ffnn", "resume=auto", *other)
+        validate.validate(cfg)
+        with pytest.raises(validate.ConfigError) as error:
+            find(cfg)
+        assert f"holds another {named}" in str(error.value)
+
+
+def test_nothing_in_a_snapshot_runs_code() -> None:
+    class Payload:
+        def __reduce__(self) -> tuple:
+            return (print, ("this ran",))
+
+    with pytest.raises(pickle.UnpicklingError):
+        SafeUnpickler(__import__("io").BytesIO(pickle.dumps(Payload()))).load()
