@@ -99,6 +99,11 @@ class Snapshots(pl.Callback):
         self.meta = identity(cfg)
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self.every and dist.is_available() and dist.is_initialized():
+            # Under torchrun or SLURM only rank 0 knows the run it opened: all write beside it.
+            shared = [self.run_dir]
+            dist.broadcast_object_list(shared, src=0)
+            self.run_dir = shared[0]
         if self.resume is not None:
             load(trainer, self.resume)
 

@@ -12,6 +12,7 @@ import pytest
 from hydra.utils import instantiate
 from mlflow import MlflowClient
 
+from runner.snapshots import complete
 from tests.conftest import (
     QUICK,
     all_runs,
@@ -215,6 +216,7 @@ def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(tmp_path
         "--local-addr=127.0.0.1",
     ]
     job = ["model=ffnn", "parallel=data", "hardware.nodes=2", "trainer.max_steps=10", *QUICK]
+    job.append("checkpoint.every_n_steps=5")  # every rank writes beside the run rank 0 opened
     torchrun = [sys.executable, "-m", "torch.distributed.run", *rendezvous, "-m", "runner", *job]
     nodes = [
         subprocess.Popen(
@@ -237,6 +239,8 @@ def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(tmp_path
     (run,) = all_runs(uri)  # one run, opened by global rank 0 only
     assert (run.info.status, run.data.tags["world_size"]) == ("FINISHED", "2")
     assert len(loss_series(uri, run.info.run_id)) == 10
+    snapshots = complete(tmp_path / "snapshots" / run.info.run_id)
+    assert [p.name for p in snapshots] == ["step_00000005", "step_00000010"]
 
 
 def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
