@@ -137,6 +137,7 @@ class FaultConfig:
     kill_rank: int | None = None  # this rank ends abruptly (SIGKILL) ...
     hang_rank: int | None = None  # ... or stays alive but stops taking part in collectives ...
     at_step: int | None = None  # ... when it starts this optimizer step
+    disk_full_at_step: int | None = None  # the snapshot at this step fails: no space left
 
 
 @dataclass

@@ -12,6 +12,7 @@ admits only torch's and the checkpoint format's own classes: nothing in a file r
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -68,10 +69,12 @@ def barrier() -> None:
         dist.barrier()
 
 
-def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any]) -> None:
+def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any], disk_full: bool = False) -> None:
     _, state = training_state(trainer)
     partial = folder.with_name(folder.name + ".partial")
     dcp.save(state, checkpoint_id=str(partial))
+    if disk_full:  # fault.disk_full_at_step: the write fails as a full disk makes it fail
+        raise OSError(errno.ENOSPC, f"No space left on device while writing {partial}")
     barrier()  # every rank's share is on disk
     if trainer.global_rank == 0:
         (partial / MARK).write_text(json.dumps(meta))
@@ -97,6 +100,7 @@ class Snapshots(pl.Callback):
             cfg.checkpoint.every_n_steps, run_dir, start, resume,
         )  # fmt: skip
         self.meta = identity(cfg)
+        self.disk_full_at = cfg.fault.disk_full_at_step if not start else None
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if self.every and dist.is_available() and dist.is_initialized():
@@ -110,7 +114,8 @@ class Snapshots(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         step = self.start + trainer.global_step
         if self.every and self.run_dir is not None and step % self.every == 0:
-            save(trainer, self.run_dir / f"step_{step:08d}", self.meta | {"step": step})
+            full = step == self.disk_full_at and trainer.global_rank == 0
+            save(trainer, self.run_dir / f"step_{step:08d}", self.meta | {"step": step}, full)
 
 
 # --- finding and checking a snapshot, before anything is launched ---

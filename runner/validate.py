@@ -341,6 +341,12 @@ def check_fault(cfg: DictConfig) -> None:
     f, world = cfg.fault, world_size(cfg)
     every = cfg.checkpoint.every_n_steps
     require(every >= 0, "checkpoint.every_n_steps", f"must be 0 (none) or more, got {every}")
+    full = f.disk_full_at_step
+    require(
+        full is None or (every > 0 and full > 0 and full % every == 0),
+        "fault.disk_full_at_step",
+        f"must be a step that takes a snapshot (a multiple of checkpoint.every_n_steps={every})",
+    )
     require(cfg.dist.timeout_s > 0, "dist.timeout_s", f"must be positive, got {cfg.dist.timeout_s}")
     require(
         f.kill_rank is None or f.hang_rank is None,

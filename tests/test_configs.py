@@ -127,6 +127,7 @@ def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
             "fault.hang_rank",
         ),
         (["dist.timeout_s=0"], "dist.timeout_s"),
+        (["fault.disk_full_at_step=7", "checkpoint.every_n_steps=5"], "fault.disk_full_at_step"),
     ],
 )
 def test_semantic_errors_name_the_key(overrides: list[str], key: str) -> None:

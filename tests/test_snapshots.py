@@ -94,3 +94,17 @@ def test_nothing_in_a_snapshot_runs_code() -> None:
 
     with pytest.raises(pickle.UnpicklingError):
         SafeUnpickler(__import__("io").BytesIO(pickle.dumps(Payload()))).load()
+
+
+def test_a_disk_that_fills_while_writing_fails_the_run_and_keeps_the_last_snapshot(
+    store: str,
+) -> None:
+    job = ["model=ffnn", "checkpoint.every_n_steps=5", "trainer.max_steps=20"]
+    with pytest.raises(OSError, match="No space left"):
+        train(*job, "fault.disk_full_at_step=10")
+    (run,) = all_runs(store)
+    assert run.info.status == "FAILED"
+    folder = Path("snapshots") / run.info.run_id
+    assert sorted(p.name for p in folder.iterdir()) == ["step_00000005", "step_00000010.partial"]
+    cfg, _ = compose_job(*job, "resume=auto")
+    assert find(cfg)[1:] == (folder / "step_00000005", 5)  # the half-written one is never taken
