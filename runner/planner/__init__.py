@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from runner.mesh import mesh_of
 from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share
-from runner.planner.memory import memory_per_device_gib
+from runner.planner.memory import DTYPE_BYTES, memory_per_device_gib
 from runner.planner.timing import (
     model_flops_per_step,
     pipeline_bubble,
@@ -48,7 +48,7 @@ def predict(cfg: DictConfig, world: int) -> dict[str, float]:
 def plan(cfg: DictConfig) -> dict[str, Any]:
     """Everything mode=plan reports for one job (the model's sizes come from runner/plan.py)."""
     mesh, dtype = mesh_of(cfg), cfg.plan.dtype
-    moved = traffic(cfg, {"fp32": 4, "bf16": 2}[dtype])
+    moved = traffic(cfg, DTYPE_BYTES[dtype])
     time = step_time(cfg, moved, dtype)
     samples_per_s = cfg.data.batch_size / time.total_s
     tokens_per_s = samples_per_s * tokens_per_sample(cfg)
