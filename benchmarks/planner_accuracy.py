@@ -2,7 +2,7 @@
 pp of 1 or 2: 1 to 8 processes), and compare each run's predicted step time with the measured one
 (`mode=report`). Prints the report; its last line is the median absolute error of step time and
 the Spearman rank correlation. Targets: error < 30 %, Spearman >= 0.8.
-Usage: .venv/bin/python benchmarks/planner_accuracy.py [override ...]
+Usage: .venv/bin/python -m benchmarks.planner_accuracy [override ...]
 """
 
 import subprocess

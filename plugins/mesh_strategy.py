@@ -30,6 +30,9 @@ class MeshStrategy(DDPStrategy):
         self.shape, self.bucket_cap_mb = shape, bucket_cap_mb
         self.device_mesh: DeviceMesh | None = None
         self.replicas: list[DistributedDataParallel] = []  # for the timing callback's hooks
+        # (owner module, attribute, local shard) of every tensor-parallel parameter that DDP
+        # turned into a plain local tensor: snapshots show them as DTensors (runner.snapshots).
+        self.localized: list[tuple[nn.Module, str, nn.Parameter]] = []
 
     @property
     def coords(self) -> dict[str, int]:
@@ -57,6 +60,13 @@ class MeshStrategy(DDPStrategy):
             broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
         )
         self.replicas.append(replica)
+        # torch's DDP over DTensor shards (_pre_dp_module_transform) keeps each as a plain local
+        # tensor with its DTensor spec in `_st_info`; after the first forward the module lists
+        # none of them. The optimizer holds these tensors: a snapshot needs them.
+        for name, param in module.named_parameters():
+            if hasattr(param, "_st_info"):
+                owner, _, attr = name.rpartition(".")
+                self.localized.append((module.get_submodule(owner), attr, param))
         return replica
 
     def configure_ddp(self) -> None:

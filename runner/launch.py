@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -62,6 +63,7 @@ def run(
     resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
     if world > 1 and external_launcher() is None:
         bind_gloo_to_loopback()
+        start_fork_server()
         with recorded_run(cfg, choices, overrides, world, resumed) as record:
             return spawn(resolved, world, record, resume)
     if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
@@ -79,16 +81,25 @@ def _exit_on_sigterm(*_: object) -> None:
     sys.exit("rank 0 was terminated: another rank failed, or the job was cancelled")
 
 
+# What every rank imports (torch, Lightning, the strategies) and what rank 0 records with after
+# training (MLflow, matplotlib): seconds of imports, done once in the fork server.
+PRELOAD = ["runner.training", "runner.report", "mlflow.store.tracking.sqlalchemy_store"]
+
+
+def start_fork_server() -> None:
+    """Ranks fork from a server that has imported PRELOAD once, rather than each importing it
+    again; the server lives on across a sweep's jobs. Started first, it imports while this process
+    opens the MLflow run. Nothing of this process (its MLflow connection, its threads) is forked:
+    the server starts clean."""
+    multiprocessing.set_forkserver_preload(PRELOAD)
+    multiprocessing.forkserver.ensure_running()
+
+
 def spawn(
     cfg: dict[str, Any], world: int, record: Run, resume: tuple[str, int] | None = None
 ) -> dict[str, float]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    # Ranks fork from a server that has imported torch and Lightning once (seconds each), rather
-    # than each importing them again; the server lives on across a sweep's jobs. Nothing of this
-    # process (its MLflow connection, its threads) is forked: the server starts clean.
-    multiprocessing.set_forkserver_preload(["runner.training"])
 
     config = LaunchConfig(
         min_nodes=1,

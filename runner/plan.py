@@ -1,9 +1,10 @@
 """mode=plan: a job's size, memory, traffic, time, energy and cost, without training it.
 
-The model is built on the meta device (shapes, no memory), so GPT-3 on a thousand GPUs plans in
-seconds. The figures come from the planner (runner/planner/) and the hardware profile; they are
-printed as a table, logged as an MLflow run (tag mode=plan), and with plan.json=true printed as one
-JSON object on the last line of standard output.
+The runner's models are counted from their configs (runner/models/sizes.py) and any other model is
+built on the meta device (shapes, no memory), so GPT-3 on a thousand GPUs plans in seconds. The
+figures come from the planner (runner/planner/) and the hardware profile; they are printed as a
+table, logged as an MLflow run (tag mode=plan), and with plan.json=true printed as one JSON object
+on the last line of standard output.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.models.sizes import COUNTERS
 from runner.planner import plan
 from runner.validate import host_memory_gib
 
@@ -30,17 +32,29 @@ def model_sizes(model_cfg: DictConfig) -> dict[str, Any]:
     return _sizes(OmegaConf.to_yaml(model_cfg, resolve=True))
 
 
-@functools.cache  # a sweep over layouts builds each model once, not once per layout
+@functools.cache  # a sweep over layouts counts each model once, not once per layout
 def _sizes(model_yaml: str) -> dict[str, Any]:
+    model_cfg = OmegaConf.to_container(OmegaConf.create(model_yaml))
+    counted = COUNTERS.get(model_cfg.get("_target_", ""))
+    if counted is None:  # a model of the user's: build it on the meta device and count
+        by_component = built_sizes(OmegaConf.create(model_yaml))
+    else:  # ours: from the formulas, without importing torch (tested against the built module)
+        total = counted(model_cfg)
+        by_component = total if isinstance(total, dict) else {"ffn": total}
+    return {"params_total": sum(by_component.values()), "params_by_component": by_component}
+
+
+def built_sizes(model_cfg: DictConfig) -> dict[str, int]:
+    """Parameters per component of the model built on the meta device: no memory is touched."""
     import torch
     from hydra.utils import instantiate
 
     with torch.device("meta"):
-        model = instantiate(OmegaConf.create(model_yaml), _convert_="all")
+        model = instantiate(model_cfg, _convert_="all")
     by_component: dict[str, int] = {}
     for name, p in model.named_parameters():
         by_component[component(name)] = by_component.get(component(name), 0) + p.numel()
-    return {"params_total": sum(by_component.values()), "params_by_component": by_component}
+    return by_component
 
 
 def figures(cfg: DictConfig) -> dict[str, Any]:

@@ -121,6 +121,9 @@ class TrainerConfig:
     val_batches: int = 8  # batches per validation, 0 for none
     warmup_steps: int = 5  # steps left out of step time and throughput
     progress_bar: bool = True
+    # false: losses and throughput only, no per-rank timing, traffic counting or timeline (the
+    # baseline of what measuring costs: benchmarks/overhead.py)
+    measure: bool = True
 
 
 @dataclass

@@ -12,11 +12,13 @@ admits only torch's and the checkpoint format's own classes: nothing in a file r
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
 import os
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
 
 from runner.errors import ConfigError, require
 from runner.mesh import mesh_of
@@ -57,6 +60,58 @@ def optim_key(trainer: pl.Trainer) -> str:
     return f"optim/pp{coords['pp']}" if hasattr(trainer.strategy, "stage_ids") else "optim"
 
 
+@contextlib.contextmanager
+def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
+    """Data parallelism over tensor-parallel shards: torch's DDP holds every shard as a plain local
+    tensor (the strategy's `localized`), and after the first forward the module lists none of them.
+    While a snapshot is written or read, module and optimizer see each shard as a DTensor parameter
+    over the same storage, as they do without DDP; then everything is put back, loaded values and
+    optimizer state included."""
+    localized = getattr(trainer.strategy, "localized", [])
+    optimizer, swaps = trainer.optimizers[0], []
+    for owner, attr, local in localized:
+        spec = local._st_info
+        shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
+        swaps.append((owner, attr, getattr(owner, attr), local, shard))
+        swap(owner, attr, optimizer, local, shard, lambda v, spec=spec: as_dtensor(v, spec))
+    try:
+        yield
+    finally:
+        for owner, attr, before, local, shard in swaps:
+            swap(owner, attr, optimizer, shard, local, to_local, put_back=before)
+
+
+def as_dtensor(local: torch.Tensor, spec: Any) -> DTensor:
+    return DTensor.from_local(
+        local, spec.mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
+    )
+
+
+def to_local(value: torch.Tensor) -> torch.Tensor:
+    return value.to_local() if isinstance(value, DTensor) else value
+
+
+def swap(
+    owner: nn.Module,
+    attr: str,
+    optimizer: torch.optim.Optimizer,
+    old: torch.Tensor,
+    new: torch.Tensor,
+    convert: Any,
+    put_back: Any = None,
+) -> None:
+    """Replace one parameter in its module and the optimizer (state converted likewise)."""
+    delattr(owner, attr)
+    setattr(owner, attr, new if put_back is None else put_back)
+    for group in optimizer.param_groups:
+        group["params"] = [new if p is old else p for p in group["params"]]
+    if old in optimizer.state:
+        state = optimizer.state.pop(old)
+        optimizer.state[new] = {
+            k: convert(v) if torch.is_tensor(v) and v.dim() else v for k, v in state.items()
+        }
+
+
 def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
     view = state_view(trainer)
     model, optim = get_state_dict(view, trainer.optimizers[0])
@@ -70,9 +125,10 @@ def barrier() -> None:
 
 
 def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any], disk_full: bool = False) -> None:
-    _, state = training_state(trainer)
     partial = folder.with_name(folder.name + ".partial")
-    dcp.save(state, checkpoint_id=str(partial))
+    with shards_as_dtensors(trainer):
+        _, state = training_state(trainer)
+        dcp.save(state, checkpoint_id=str(partial))
     if disk_full:  # fault.disk_full_at_step: the write fails as a full disk makes it fail
         raise OSError(errno.ENOSPC, f"No space left on device while writing {partial}")
     barrier()  # every rank's share is on disk
@@ -83,14 +139,15 @@ def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any], disk_full: boo
 
 
 def load(trainer: pl.Trainer, folder: Path) -> None:
-    view, state = training_state(trainer)
-    dcp.load(state, checkpoint_id=str(folder))
-    set_state_dict(
-        view,
-        trainer.optimizers[0],
-        model_state_dict=state["model"],
-        optim_state_dict=state[optim_key(trainer)],
-    )
+    with shards_as_dtensors(trainer):
+        view, state = training_state(trainer)
+        dcp.load(state, checkpoint_id=str(folder))
+        set_state_dict(
+            view,
+            trainer.optimizers[0],
+            model_state_dict=state["model"],
+            optim_state_dict=state[optim_key(trainer)],
+        )
     torch.set_rng_state(state[f"rng/{trainer.global_rank}"])
 
 

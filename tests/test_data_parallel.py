@@ -16,10 +16,12 @@ from runner.snapshots import complete
 from tests.conftest import (
     QUICK,
     all_runs,
+    assert_redone_steps_repeat,
     cli_job,
     compose_job,
     free_port,
     loss_series,
+    losses_by_step,
     run_cli,
     stop_session,
     train,
@@ -147,25 +149,31 @@ def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_hung_rank_ends_the_job_at_the_timeout_and_is_named(tmp_path: Path) -> None:
+def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(tmp_path: Path) -> None:
     uri, timeout = f"sqlite:///{tmp_path / 'mlflow.db'}", 4
     fault = ["fault.hang_rank=1", "fault.at_step=3", f"dist.timeout_s={timeout}"]
-    with cli_job("model=ffnn", *DP2, "trainer.max_steps=200", *fault, *QUICK, cwd=tmp_path) as job:
-        _, stderr = job.communicate(timeout=120)
-        assert job.returncode == 1
+    job = ["model=ffnn", *DP2, "trainer.max_steps=6", "checkpoint.every_n_steps=2", *fault, *QUICK]
+    with cli_job(*job, cwd=tmp_path) as hung:
+        _, stderr = hung.communicate(timeout=120)
+        assert hung.returncode == 1
         last = stderr.strip().splitlines()[-1]
         assert last.startswith("error: rank 1 failed: stopped taking part at step 3"), last
-        assert_session_ends(job.pid)
+        assert_session_ends(hung.pid)
     (run,) = all_runs(uri)
     assert (run.info.status, run.data.tags["failed_rank"]) == ("FAILED", "1")
     history = MlflowClient(uri).get_metric_history(run.info.run_id, "train_loss")
     assert len(history) == 3  # every step logged before is kept
-    m = run.data.metrics  # no snapshot: the 3 steps done are lost, and the time the job held
-    assert m["lost_steps"] == 3 and m["lost_time_s"] > timeout
+    m = run.data.metrics  # the snapshot holds steps 0 and 1: step 2 and the time held are lost
+    assert m["lost_steps"] == 1 and m["lost_time_s"] > timeout
     assert m["lost_energy_kwh"] > 0 and m["lost_cost_usd"] > 0
     # From the last step that finished to the run's end: the timeout, and a few seconds more.
     waited = run.info.end_time / 1000 - max(m.timestamp for m in history) / 1000
     assert timeout <= waited < timeout + 8
+    resumed = run_cli(*job, "resume=auto", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    (run,) = all_runs(uri)
+    assert run.info.status == "FINISHED" and len(losses_by_step(uri, run.info.run_id)) == 6
+    assert_redone_steps_repeat(uri, run.info.run_id, range(2, 3))
 
 
 @pytest.mark.slow

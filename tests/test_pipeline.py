@@ -7,7 +7,17 @@ import pytest
 from mlflow import MlflowClient
 
 from runner import validate
-from tests.conftest import QUICK, all_runs, compose_job, loss_series, run_cli, train
+from tests.conftest import (
+    QUICK,
+    all_runs,
+    assert_redone_steps_repeat,
+    compose_job,
+    forget_snapshots_of_step,
+    loss_series,
+    losses_by_step,
+    run_cli,
+    train,
+)
 
 STEPS = 20
 RELATIVE = 1e-5  # fp32: micro-batch gradients are summed in another order, nothing else differs
@@ -23,6 +33,10 @@ MODELS = {
     },
 }
 COMMON = [f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=10", "data.batch_size=16"]
+# The decoder at P = 2 also snapshots at steps 10 and 20, each schedule into a folder of its own;
+# with step 20 removed, every schedule resumes and redoes steps 11 to 20.
+RESUMED = (2, "decoder")
+SNAPSHOTS = ["checkpoint.every_n_steps=10", "checkpoint.dir='snapshots/${parallel.schedule}'"]
 SCHEDULE_SWEEPS = [
     ["parallel.schedule=gpipe,1f1b", "parallel.virtual_stages=1"],
     ["parallel.schedule=interleaved_1f1b,zero_bubble", "parallel.virtual_stages=2"],
@@ -38,17 +52,26 @@ def test_every_schedule_equals_the_single_process_run(
     job = [*MODELS[devices][model], *COMMON]
     single = loss_series(store, train(*job))
     layout = ["parallel=pipeline", f"hardware.devices={devices}", "parallel.microbatches=4"]
-    for sweep in SCHEDULE_SWEEPS:
-        done = run_cli(
-            "-m", *job, *layout, *sweep, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+    resumed = (devices, model) == RESUMED
+    if resumed:
+        layout += SNAPSHOTS
+    run_every_schedule(tmp_path, store, *job, *layout)
+    if resumed:
+        forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
+        run_every_schedule(tmp_path, store, *job, *layout, "resume=auto")
     runs = [r for r in all_runs(store) if r.data.tags.get("parallel") == "pipeline"]
     assert sorted(r.data.params["parallel.schedule"] for r in runs) == sorted(validate.SCHEDULES)
     for run in runs:
-        assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE), (
-            run.info.run_name
-        )
+        losses = losses_by_step(store, run.info.run_id)
+        assert losses == pytest.approx(single, rel=RELATIVE), run.info.run_name
+        if resumed:
+            assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+
+
+def run_every_schedule(tmp_path: Path, store: str, *job: str) -> None:
+    for sweep in SCHEDULE_SWEEPS:
+        done = run_cli("-m", *job, *sweep, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,17 @@ from omegaconf import OmegaConf
 
 from runner import validate
 from runner.mesh import Mesh, mesh_of
-from tests.conftest import QUICK, all_runs, compose_job, loss_series, run_cli, train
+from tests.conftest import (
+    QUICK,
+    all_runs,
+    assert_redone_steps_repeat,
+    compose_job,
+    forget_snapshots_of_step,
+    loss_series,
+    losses_by_step,
+    run_cli,
+    train,
+)
 
 STEPS = 20
 RELATIVE = 1e-5  # fp32: shards' partial sums and replicas' gradients add in another order
@@ -25,6 +35,12 @@ LAYOUTS = {  # the preset, and the mesh dimensions whose bytes the run must coun
     "dp_pp": ["dp", "pp"],
     "pp_tp": ["pp", "tp"],
 }
+# Every layout snapshots at steps 10 and 20 into a folder of its own, so that resume=auto finds
+# its own; with step 20 removed, the resumed decoders redo steps 11 to 20.
+SNAPSHOTS = [
+    "checkpoint.every_n_steps=10",
+    "checkpoint.dir='snapshots/${parallel.dp}x${parallel.pp}x${parallel.tp}'",
+]
 LAYOUT_TAGS = {
     "tensor": "tensor",
     "dp_tp": "data+tensor",
@@ -40,17 +56,10 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
 ) -> None:
     job = [*MODELS[model], *COMMON]
     single = loss_series(store, train(*job))
-    done = run_cli(
-        "-m",
-        *job,
-        *QUICK,
-        "parallel=dp_tp,dp_pp,pp_tp",
-        f"logger.tracking_uri={store}",
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    done = run_cli(*job, *QUICK, "parallel=tensor", "hardware.devices=2", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_every_mesh(tmp_path, store, *job, *SNAPSHOTS)
+    if model == "decoder":
+        forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
+        run_every_mesh(tmp_path, store, *job, *SNAPSHOTS, "resume=auto")
     # The jobs of more than one process (the sweep's parent run has no world size).
     runs = {
         r.data.tags["parallel"]: r
@@ -60,7 +69,10 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
     assert set(runs) == set(LAYOUT_TAGS.values())
     for preset, dims in LAYOUTS.items():
         run = runs[LAYOUT_TAGS[preset]]
-        assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE), preset
+        losses = losses_by_step(store, run.info.run_id)
+        assert losses == pytest.approx(single, rel=RELATIVE), preset
+        if model == "decoder":
+            assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
         m = run.data.metrics
         for dim in dims:  # measured from the collectives that ran, predicted from the formulas
             key = f"comm_bytes_per_step/{dim}"
@@ -70,6 +82,16 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
         world = int(run.data.tags["world_size"])
         for rank in range(world):
             assert 0 < m[f"rank_{rank}/comm_time_s"] < m["step_time_s"]
+
+
+def run_every_mesh(tmp_path: Path, store: str, *job: str) -> None:
+    done = run_cli(
+        "-m", *job, *QUICK, "parallel=dp_tp,dp_pp,pp_tp", f"logger.tracking_uri={store}",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_cli(*job, *QUICK, "parallel=tensor", "hardware.devices=2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize(

@@ -80,3 +80,12 @@ def test_a_failure_mid_run_marks_it_failed_and_keeps_what_was_logged(store, monk
     (run,) = all_runs(store)
     assert run.info.status == "FAILED"
     assert len(loss_series(store, run.info.run_id)) == 5
+
+
+def test_without_measuring_a_run_logs_its_losses_and_throughput_only(store: str) -> None:
+    run_id = train("model=ffnn", "trainer.max_steps=12", "trainer.measure=false")
+    client = MlflowClient(store)
+    metrics = client.get_run(run_id).data.metrics
+    assert len(loss_series(store, run_id)) == 12 and metrics["throughput_samples_per_s"] > 0
+    assert not {"step_time_s", "compute_time_s", "idle_fraction"} & set(metrics)
+    assert "timeline.png" not in {a.path for a in client.list_artifacts(run_id)}

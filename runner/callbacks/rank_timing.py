@@ -133,8 +133,9 @@ class Step:
         return spans + [(kind, a - origin, b - origin, "") for kind, a, b in comm]
 
 
-class RankTiming(pl.Callback):
-    """Times every step on every rank; rank 0 gathers the others' figures at the end."""
+class LoopTiming(pl.Callback):
+    """The loop's intervals only (throughput), every rank's gathered on rank 0 at the end: all
+    that is measured with `trainer.measure=false`, the baseline of what measuring costs."""
 
     def __init__(self, warmup_steps: int, timeline_steps: int = 3, cuda: bool = False) -> None:
         self.warmup_steps = warmup_steps
@@ -152,6 +153,45 @@ class RankTiming(pl.Callback):
     @property
     def in_step(self) -> bool:
         return bool(self.steps) and not self.steps[-1].end
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        start = self.now()
+        if self.steps:
+            self.steps[-1].next_start = start
+        self.steps.append(Step(start=start))
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self.steps[-1].end = self.now()
+
+    def on_validation_start(self, *_: Any) -> None:
+        if self.steps:
+            self.steps[-1].validated = True  # its loop interval holds a validation: not training
+
+    def looped(self) -> list[Step]:
+        """The steps after warm-up whose loop interval is known (not the last one, none holding a
+        validation): every figure is over these, so no step's wall outweighs the intervals."""
+        timed = self.steps[self.warmup_steps :]
+        return [s for s in timed if s.next_start and not s.validated] or timed
+
+    def rank_summary(self) -> dict[str, Any]:
+        loops = [s.next_start - s.start for s in self.looped() if s.next_start]
+        return {"figures": {"loop_time_s": fmean(loops)} if loops else {}, "spans": []}
+
+    def on_train_end(self, *_: Any) -> None:
+        """Every rank's summary to rank 0: one object gather, once, after training."""
+        mine = self.rank_summary()
+        if not (dist.is_available() and dist.is_initialized()):
+            self.gathered = [mine]
+            return
+        everyone: list[Any] | None = (
+            [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        )
+        dist.gather_object(mine, everyone, dst=0)
+        self.gathered = everyone or []
+
+
+class RankTiming(LoopTiming):
+    """Times every step on every rank: forward, backward, optimizer, every collective."""
 
     # --- what runs ---
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -196,12 +236,6 @@ class RankTiming(pl.Callback):
         strategy.reduce = timed_reduce
 
     # --- the step's boundaries ---
-    def on_train_batch_start(self, *_: Any) -> None:
-        start = self.now()
-        if self.steps:
-            self.steps[-1].next_start = start
-        self.steps.append(Step(start=start))
-
     def on_before_backward(self, *_: Any) -> None:
         self.steps[-1].before_backward = self.now()
 
@@ -212,50 +246,34 @@ class RankTiming(pl.Callback):
         self.steps[-1].before_optimizer = self.now()
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
-        self.steps[-1].end = self.now()
+        super().on_train_batch_end(trainer)
         self.steps[-1].pipeline = getattr(trainer.strategy, "step_record", None)
-
-    def on_validation_start(self, *_: Any) -> None:
-        if self.steps:
-            self.steps[-1].validated = True  # its loop interval holds a validation: not training
 
     # --- the record ---
     def rank_summary(self) -> dict[str, Any]:
-        timed = self.steps[self.warmup_steps :]
-        # Every figure over the same steps: those whose loop interval is known (not the last one,
-        # none holding a validation), so that no step's wall outweighs the intervals' mean.
-        looped = [s for s in timed if s.next_start and not s.validated] or timed
-        per_step = [s.figures() for s in looped]
-        figures = {k: fmean(f[k] for f in per_step) for k in per_step[0]} if per_step else {}
-        loops = [s.next_start - s.start for s in looped if s.next_start]
-        if loops:
-            figures["loop_time_s"] = fmean(loops)
-        shown = timed[: self.timeline_steps]
-        return {"figures": figures, "spans": [s.spans(self.origin) for s in shown]}
-
-    def on_train_end(self, *_: Any) -> None:
-        """Every rank's summary to rank 0: one object gather, once, after training."""
-        mine = self.rank_summary()
-        if not (dist.is_available() and dist.is_initialized()):
-            self.gathered = [mine]
-            return
-        everyone: list[Any] | None = (
-            [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-        )
-        dist.gather_object(mine, everyone, dst=0)
-        self.gathered = everyone or []
+        summary = super().rank_summary()
+        per_step = [s.figures() for s in self.looped()]
+        if per_step:
+            summary["figures"] |= {k: fmean(f[k] for f in per_step) for k in per_step[0]}
+        shown = self.steps[self.warmup_steps :][: self.timeline_steps]
+        return summary | {"spans": [s.spans(self.origin) for s in shown]}
 
 
 def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
     """The run's figures: means over ranks, the worst idle fraction, and each rank's own."""
     if not per_rank or not per_rank[0]:
         return {}
+    out = (
+        {"loop_time_s": fmean(r["loop_time_s"] for r in per_rank)}
+        if "loop_time_s" in per_rank[0]
+        else {}
+    )
+    if "step_time_s" not in per_rank[0]:  # trainer.measure=false: the loop's intervals only
+        return out
     means = ("step_time_s", "compute_time_s", "comm_time_s", "idle_time_s")
-    out = {k: fmean(r[k] for r in per_rank) for k in means}
+    out |= {k: fmean(r[k] for r in per_rank) for k in means}
     out["idle_fraction"] = fmean(r["idle_fraction"] for r in per_rank)
     out["idle_fraction_max"] = max(r["idle_fraction"] for r in per_rank)
-    if "loop_time_s" in per_rank[0]:
-        out["loop_time_s"] = fmean(r["loop_time_s"] for r in per_rank)
     # Payloads per rank; the mean over ranks where they differ (pipeline stages do).
     for dim in ("dp", "tp", "pp"):
         sizes = [r.get(f"comm_bytes_{dim}", 0.0) for r in per_rank]

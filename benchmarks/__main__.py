@@ -1,0 +1,81 @@
+"""`make bench`: every benchmark, one after another, and a table of their last lines.
+
+Each benchmark runs as its own process and prints its own table; this collects the lines that
+carry a target into one Markdown table with the date, the machine and the command. With --readme
+the table also replaces the one in README.md (between the `bench` markers).
+Usage: .venv/bin/python -m benchmarks [--readme]
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import machine
+
+BENCHMARKS = ["overhead", "startup", "pipeline_bubble"]
+RESULT = re.compile(r"^(?P<name>.+): (?P<value>[-+0-9.]+) \(target (?P<target>.+)\)$")
+README = Path(__file__).resolve().parent.parent / "README.md"
+MARKERS = ("<!-- bench -->", "<!-- /bench -->")
+
+
+def run(name: str) -> list[dict[str, str]]:
+    """Run one benchmark, showing its output as it comes; its results."""
+    print(f"== benchmarks.{name}", flush=True)
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}"], stdout=subprocess.PIPE, text=True
+    )
+    print(done.stdout, flush=True)
+    if done.returncode:
+        sys.exit(f"benchmarks.{name} failed")
+    found = (RESULT.match(line) for line in done.stdout.splitlines())
+    return [m.groupdict() | {"benchmark": name} for m in found if m]
+
+
+def met(value: str, target: str) -> str:
+    bound = re.fullmatch(r"([<>]=?) ([0-9.]+)", target)
+    if not bound:
+        return ""
+    v, b = float(value), float(bound[2])
+    ok = {"<": v < b, "<=": v <= b, ">": v > b, ">=": v >= b}[bound[1]]
+    return "yes" if ok else "**no**"
+
+
+def table(results: list[dict[str, str]], minutes: float) -> str:
+    today = datetime.date.today().isoformat()
+    lines = [
+        f"{today}, {machine()}, `make bench` ({minutes:.1f} min):",
+        "",
+        "| benchmark | figure | value | target | met |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['benchmark']} | {r['name']} | {r['value']} | {r['target']} | "
+        f"{met(r['value'], r['target'])} |"
+        for r in results
+    ]
+    return "\n".join(lines)
+
+
+def update_readme(text: str) -> None:
+    readme = README.read_text()
+    head, rest = readme.split(MARKERS[0], 1)
+    _, tail = rest.split(MARKERS[1], 1)
+    README.write_text(f"{head}{MARKERS[0]}\n{text}\n{MARKERS[1]}{tail}")
+
+
+def main() -> None:
+    start = time.perf_counter()
+    results = [r for name in BENCHMARKS for r in run(name)]
+    text = table(results, (time.perf_counter() - start) / 60)
+    print(text)
+    if "--readme" in sys.argv[1:]:
+        update_readme(text)
+
+
+if __name__ == "__main__":
+    main()

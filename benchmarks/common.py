@@ -1,0 +1,60 @@
+"""What every benchmark shares: the runner's CLI in a scratch folder, its runs, and the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+
+# Quiet jobs: no progress bar in a pipe, no validation (the hand-written loops have none either).
+QUIET = ["trainer.progress_bar=false", "trainer.val_batches=0"]
+
+
+def runner(*args: str, cwd: str | Path, env: dict[str, str] | None = None) -> float:
+    """Run `python -m runner ARGS` in cwd; its wall time in seconds. Exits with its error."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    if done.returncode:
+        sys.exit(f"python -m runner {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def training_runs(cwd: str | Path) -> list[Any]:
+    """The training runs recorded in cwd's mlflow.db, oldest first."""
+    client = MlflowClient(f"sqlite:///{Path(cwd).resolve() / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return sorted(
+        (r for r in runs if r.data.tags.get("mode") == "train"), key=lambda r: r.info.start_time
+    )
+
+
+def last_metrics(cwd: str | Path) -> dict[str, float]:
+    return training_runs(cwd)[-1].data.metrics
+
+
+def machine() -> str:
+    """Cores and CPU model, as the README's table names the machine."""
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]  # fmt: skip
+        model = names[0] if names else model
+    return f"{len(os.sched_getaffinity(0))} cores, {model}"
+
+
+def ratio_line(name: str, ratio: float, target: str) -> str:
+    """Every benchmark's last line: what is compared, the ratio, and the target."""
+    return f"{name}: {ratio:.3f} (target {target})"

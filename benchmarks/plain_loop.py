@@ -1,0 +1,88 @@
+"""A hand-written PyTorch training loop: what the runner's throughput is compared with.
+
+The same model, data, global batch, optimizer and threads per process as `python -m runner
+OVERRIDES`, none of the runner's machinery: a DataLoader, forward, loss, backward, the optimizer,
+and the loss read back every step (as a loop that prints it does). Under torchrun it is plain
+DistributedDataParallel over gloo, each rank taking its slice of every global batch as the runner's
+data parallelism does. Rank 0 prints samples/s as the runner defines throughput: global batch /
+mean loop interval (batch start to batch start) after the warm-up steps.
+Usage: .venv/bin/python -m benchmarks.plain_loop [override ...]
+       .venv/bin/torchrun --nproc-per-node 2 -m benchmarks.plain_loop [override ...]
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from statistics import fmean
+
+import torch
+import torch.distributed as dist
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+from runner.cli import CONF_DIR
+from runner.losses import LOSSES
+from runner.schema import register_configs
+
+
+def config(overrides: list[str]) -> DictConfig:
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def batches(cfg: DictConfig, world: int, rank: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    """This rank's slice of every global batch, epoch after epoch."""
+    train = instantiate(cfg.data, _convert_="all").train
+    if world > 1:
+        sampler = DistributedSampler(train, world, rank, shuffle=True, seed=cfg.seed)
+    else:
+        sampler = RandomSampler(train, generator=torch.Generator().manual_seed(cfg.seed))
+    loader = DataLoader(
+        train, batch_size=cfg.data.batch_size // world, sampler=sampler, drop_last=True
+    )
+    for epoch in range(sys.maxsize):
+        if world > 1:
+            sampler.set_epoch(epoch)
+        yield from loader
+
+
+def main() -> None:
+    cfg = config(sys.argv[1:])
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+    torch.manual_seed(cfg.seed)
+    model = instantiate(cfg.model, _convert_="all")
+    if world > 1:
+        dist.init_process_group("gloo")
+        model = DistributedDataParallel(model, broadcast_buffers=False)
+    optimizer = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[cfg.trainer.optimizer](
+        model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay
+    )
+    loss_fn, starts = LOSSES[cfg.data.loss], []
+    for step, (x, y) in enumerate(batches(cfg, world, rank)):
+        if step == cfg.trainer.max_steps:
+            break
+        starts.append(time.perf_counter())
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+    intervals = [b - a for a, b in itertools.pairwise(starts[cfg.trainer.warmup_steps :])]
+    if rank == 0:
+        print(json.dumps({"throughput_samples_per_s": cfg.data.batch_size / fmean(intervals)}))
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
