@@ -24,7 +24,7 @@ from runner.parallel.tensor import parallelize
 class MeshStrategy(DDPStrategy):
     strategy_name = "mesh"
 
-    def __init__(self, shape: Mesh, bucket_cap_mb: float = 25.0, **kw: Any) -> None:
+    def __init__(self, shape: Mesh, bucket_cap_mb: float | None = None, **kw: Any) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
         super().__init__(start_method="popen", **kw)
         self.shape, self.bucket_cap_mb = shape, bucket_cap_mb

@@ -70,7 +70,9 @@ class ParallelConfig:
     dp: int | None = 1
     pp: int | None = 1
     tp: int | None = 1
-    bucket_cap_mb: float = 25.0  # data: DDP's gradient bucket size (one all-reduce per bucket)
+    # DDP's gradient bucket size, one all-reduce per bucket; null: torch's default, 25 MiB after
+    # a first bucket of 1 MiB, whose all-reduce starts while backward still runs
+    bucket_cap_mb: float | None = None
     microbatches: int = 1  # pipeline: micro-batches per global batch (1: plain model parallelism)
     schedule: str = "1f1b"  # pipeline: gpipe | 1f1b | interleaved_1f1b | zero_bubble
     virtual_stages: int = 1  # pipeline: stages per rank (interleaved schedules)

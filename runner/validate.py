@@ -238,7 +238,8 @@ def check_layout(cfg: DictConfig) -> None:
             "data.batch_size",
             f"{cfg.data.batch_size} does not split into {mesh.dp} data-parallel shards",
         )
-        require(cfg.parallel.bucket_cap_mb > 0, "parallel.bucket_cap_mb", "must be positive")
+        cap = cfg.parallel.bucket_cap_mb
+        require(cap is None or cap > 0, "parallel.bucket_cap_mb", "must be positive, or null")
     if mesh.pp > 1:
         check_pipeline(cfg, mesh)
     if mesh.tp > 1:

@@ -85,8 +85,16 @@ def data_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -
     if mesh.dp < 2 or None in per_stage:
         return Traffic()
     payload = sum(per_stage) * elem / mesh.pp  # every gradient a rank holds, once
-    buckets = math.ceil(payload / (cfg.parallel.bucket_cap_mb * 2**20))
-    return Traffic({"dp": payload}, {"dp": buckets})
+    return Traffic({"dp": payload}, {"dp": bucket_count(payload, cfg.parallel.bucket_cap_mb)})
+
+
+def bucket_count(payload: float, cap_mb: float | None) -> int:
+    """DDP's all-reduce calls a step: torch's default caps the first bucket at 1 MiB, the rest at
+    25 MiB; a size that is set caps every bucket."""
+    if cap_mb is not None:
+        return math.ceil(payload / (cap_mb * 2**20))
+    first = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+    return 1 + math.ceil(max(0.0, payload - first) / (25 * 2**20))
 
 
 def tensor_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -> Traffic:
