@@ -15,7 +15,7 @@ import tempfile
 from benchmarks.common import QUIET, ratio_line, runner, training_runs
 
 JOB = ["model=decoder", "model.dropout=0", "model.n_layers=4", "model.d_model=256"]
-JOB += ["data.batch_size=128", "trainer.max_steps=25", "trainer.warmup_steps=5", *QUIET]
+JOB += ["data.batch_size=128", "trainer.max_steps=20", "trainer.warmup_steps=5", *QUIET]
 PIPELINE = ["parallel=pipeline", "hardware.devices=2"]
 
 

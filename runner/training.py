@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from runner import parallel
 from runner.callbacks.faults import FaultInjection, Progress
+from runner.callbacks.progress_bar import ProgressBar
 from runner.callbacks.rank_timing import LoopTiming, RankTiming, combine
 from runner.cluster import global_rank, world_size
 from runner.data import Splits
@@ -120,7 +121,13 @@ def build_trainer(
         max_epochs=-1,
         logger=logger,
         # The fault first: a rank that hangs at a step has not reached it.
-        callbacks=[FaultInjection(cfg.fault, start), Progress(progress, start), timing, snapshots],
+        callbacks=[
+            FaultInjection(cfg.fault, start),
+            Progress(progress, start),
+            timing,
+            snapshots,
+            *([ProgressBar()] if t.progress_bar else []),
+        ],
         log_every_n_steps=1,
         val_check_interval=t.val_every_n_steps,
         check_val_every_n_epoch=None,
