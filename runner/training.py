@@ -39,9 +39,6 @@ def set_threads(cfg: DictConfig) -> None:
     torch.set_num_threads(cfg.hardware.threads_per_rank or max(1, cores // cfg.hardware.devices))
 
 
-WRITE_EVERY_S = 1.0  # how often rank 0 writes the losses logged meanwhile to MLflow
-
-
 def loaders(
     splits: Splits, cfg: DictConfig, rank: int, world: int, start: int = 0
 ) -> tuple[DataLoader, DataLoader]:
@@ -58,6 +55,9 @@ def loaders(
         return DataLoader(dataset, batch_sampler=batches, generator=generator)
 
     return loader(splits.train, True, start), loader(splits.val, False, 0)
+
+
+WRITE_EVERY_S = 1.0  # how often rank 0 writes the losses logged meanwhile to MLflow
 
 
 class StepLogger(MLFlowLogger):
