@@ -1,5 +1,8 @@
 """The command line as users type it: the seed's examples, a sweep, and bad input."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +103,17 @@ def test_a_sweep_with_a_bad_job_leaves_no_run_running(tmp_path: Path) -> None:
     statuses = {r.data.tags.get("mode"): r.info.status for r in all_runs(uri)}
     assert statuses == {"sweep": "FAILED", "train": "FINISHED"}
     assert_nothing_running(uri)
+
+
+@pytest.mark.parametrize(("users_choice", "disabled"), [(None, "True"), ("false", "False")])
+def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(
+    users_choice: str | None, disabled: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+    if users_choice is not None:
+        env["MLFLOW_DISABLE_TELEMETRY"] = users_choice
+    check = "import runner; from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY as T"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{check}; print(T.get())"], env=env, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == disabled, done.stderr
