@@ -8,6 +8,7 @@ does not, and there the runner must launch the processes itself or refuse.
 from __future__ import annotations
 
 import os
+import sys
 
 from omegaconf import DictConfig
 
@@ -34,3 +35,11 @@ def started_processes() -> int:
 
 def global_rank() -> int:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+
+
+def exit_on_sigterm(*_: object) -> None:
+    """A rank's SIGTERM handler. torchrun, srun and the runner's own launcher end the other ranks
+    with SIGTERM when one fails (or the job is cancelled): the rank ends through an exception, so
+    that its clean-up runs (Lightning finalizes the logger: pending losses are written) and the
+    run ends FAILED, even from a collective that would wait for a dead peer until the timeout."""
+    sys.exit(f"rank {global_rank()} was terminated: another rank failed, or the job was cancelled")

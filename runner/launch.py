@@ -16,7 +16,6 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -25,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.cluster import external_launcher, global_rank, world_size
+from runner.cluster import exit_on_sigterm, external_launcher, global_rank, world_size
 from runner.planner.failures import lost_work
 from runner.tracking import Run, recorded_run
 
@@ -72,13 +71,8 @@ def run(
         return rank_main(resolved, None, None, resume)
     with recorded_run(cfg, choices, overrides, world, resumed) as record:
         if world > 1:
-            signal.signal(signal.SIGTERM, _exit_on_sigterm)
+            signal.signal(signal.SIGTERM, exit_on_sigterm)
         return rank_main(resolved, record.run_id, None, resume)
-
-
-def _exit_on_sigterm(*_: object) -> None:
-    # torchrun and srun end the other ranks with SIGTERM when one fails: the run ends FAILED.
-    sys.exit("rank 0 was terminated: another rank failed, or the job was cancelled")
 
 
 # What every rank imports (torch, Lightning, the strategies) and what rank 0 records with after
@@ -171,7 +165,9 @@ def reason(failure: Any) -> str:
     message = failure.message
     if isinstance(message, dict):  # a Python error the rank recorded
         message = message.get("message", message)
-    return message or f"exit code {failure.exitcode}"  # killed, or exited without a word
+    # The first line: an error raised in a DDP hook's callback carries torch's "At:" frames too.
+    first = next((line for line in str(message or "").splitlines() if line.strip()), "")
+    return first or f"exit code {failure.exitcode}"  # killed, or exited without a word
 
 
 class JobFailed(RuntimeError):

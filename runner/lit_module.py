@@ -1,7 +1,10 @@
 """The LightningModule: one plain model, one loss, one optimizer. No parallel code here either."""
 
+from collections.abc import Callable
+
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from runner.losses import LOSSES
@@ -12,19 +15,44 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
 }
 
 
+def mean_over_ranks(value: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """Start the mean of `value` over every rank; the returned function waits for it. Each
+    data-parallel rank holds its shard's loss and a tensor-parallel shard a copy of its replica's,
+    so the mean over all ranks is the loss of the global batch, as one process sees it."""
+    value = value.detach()
+    if not (dist.is_available() and dist.is_initialized()):
+        return lambda: value
+    total = value.clone()
+    work = dist.all_reduce(total, async_op=True)  # a sum: gloo has no average
+
+    def wait() -> torch.Tensor:
+        work.wait()
+        return total / dist.get_world_size()
+
+    return wait
+
+
 class TrainModule(pl.LightningModule):
     def __init__(self, model: nn.Module, loss: str, optimizer: str, lr: float, weight_decay: float):
         super().__init__()
         self.model = model
         self.loss_fn = LOSSES[loss]
         self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
+        self.global_loss: Callable[[], torch.Tensor] | None = None
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
         x, y = batch
         loss = self.loss_fn(self.model(x), y)
-        # The mean over data-parallel ranks: the loss of the global batch, as one process sees it.
-        self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True, sync_dist=True)
+        # Read after backward, which waits for the gradients anyway. Logging with sync_dist would
+        # stop every rank here for a barrier and an all-reduce (measured: 4-7 ms of a 110 ms step
+        # of 2 CPU ranks, most of it one rank waiting for the other mid-step).
+        self.global_loss = mean_over_ranks(loss)
         return loss
+
+    def on_after_backward(self) -> None:
+        if self.global_loss is not None:
+            loss, self.global_loss = self.global_loss(), None
+            self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> None:
         x, y = batch

@@ -6,9 +6,12 @@ every process that torchrun or SLURM started. Only global rank 0 writes to MLflo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,7 @@ from runner import parallel
 from runner.callbacks.faults import FaultInjection, Progress
 from runner.callbacks.progress_bar import ProgressBar
 from runner.callbacks.rank_timing import LoopTiming, RankTiming, combine
-from runner.cluster import global_rank, world_size
+from runner.cluster import exit_on_sigterm, global_rank, world_size
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.lit_module import TrainModule
@@ -60,6 +63,25 @@ def loaders(
 WRITE_EVERY_S = 1.0  # how often rank 0 writes the losses logged meanwhile to MLflow
 
 
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """SIGTERM's handler held back until the body is done, then run (CPython runs handlers in the
+    main thread, between any two bytecodes: inside a database transaction, say)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[Any] = []
+    handler = signal.signal(signal.SIGTERM, lambda *args: came.append(args))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        if came and callable(handler):
+            handler(*came[0])
+        elif came and handler == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGTERM)
+
+
 class StepLogger(MLFlowLogger):
     """MLflow's logger with two changes: steps count on from where a resumed run's snapshot left
     off, and writes are batched, one write to the store a second rather than one a step (a write
@@ -85,10 +107,11 @@ class StepLogger(MLFlowLogger):
     def write(self) -> None:
         from mlflow.utils.validation import MAX_METRICS_PER_BATCH
 
-        for i in range(0, len(self.pending), MAX_METRICS_PER_BATCH):
-            batch = self.pending[i : i + MAX_METRICS_PER_BATCH]
-            self.experiment.log_batch(self.run_id, metrics=batch)
-        self.pending, self.written = [], time.monotonic()
+        with sigterm_deferred():  # a handler raising mid-transaction would lose the batch
+            for i in range(0, len(self.pending), MAX_METRICS_PER_BATCH):
+                batch = self.pending[i : i + MAX_METRICS_PER_BATCH]
+                self.experiment.log_batch(self.run_id, metrics=batch)
+            self.pending, self.written = [], time.monotonic()
 
     @rank_zero_only
     def finalize(self, status: str = "success") -> None:
@@ -140,13 +163,15 @@ def build_trainer(
     )
 
 
-def skip_sigterm_broadcast(trainer: pl.Trainer) -> None:
-    """Lightning 2.6 broadcasts rank 0's SIGTERM flag before every step: one more blocking
-    collective a step, 5-10 % of a small model's DDP step here (Lightning issue 21487; PR 21640
-    would add `broadcast_sigterm_every_n_steps`). Every rank of a runner job gets SIGTERM itself
-    (the elastic agent, torchrun and srun signal them all; runner.launch ends the run), so no rank
-    needs rank 0's flag."""
+def end_on_sigterm(trainer: pl.Trainer) -> None:
+    """A rank that gets SIGTERM ends (runner.cluster.exit_on_sigterm). Lightning 2.6 instead
+    notes it and broadcasts rank 0's flag before every step: one more blocking collective a step,
+    5-10 % of a small model's DDP step here (Lightning issue 21487; PR 21640 would add
+    `broadcast_sigterm_every_n_steps`); and its handler broadcasts too, which over a group that
+    lost a rank raises inside whatever the rank was doing (seen: rank 0 writing its last losses).
+    Every rank of a runner job gets SIGTERM itself, so no rank needs rank 0's flag."""
     trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = lambda: None
+    trainer._signal_connector._sigterm_notifier_fn = exit_on_sigterm
 
 
 def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> dict[str, float]:
@@ -184,7 +209,7 @@ def train(
     )
     parallel.set_default_timeout(cfg)
     trainer = build_trainer(cfg, run_id, timing, progress, resume)
-    skip_sigterm_broadcast(trainer)
+    end_on_sigterm(trainer)
     shard = parallel.data_shard(cfg, trainer.global_rank)
     train_loader, val_loader = loaders(splits, cfg, *shard, start=resume[1] if resume else 0)
     if len(train_loader) == 0:

@@ -266,3 +266,14 @@ def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
     rank, why = root_failure({0: peer}, {0: 5, 1: 4})
     assert rank == 1 and "step 5" in why
     assert root_failure({0: peer}, {0: 0, 1: -1})[0] == 1  # hung before its first step
+
+
+def test_a_ranks_error_is_named_in_one_line() -> None:
+    from types import SimpleNamespace
+
+    from runner.launch import root_failure
+
+    # An error raised in a DDP hook's callback: torch appends the Python frames it came from.
+    error = {"message": "RuntimeError: pair closure\n\nAt:\n  default_hooks.py(31): <lambda>\n"}
+    failed = SimpleNamespace(exitcode=1, timestamp=100, message=error)
+    assert root_failure({0: failed}, {0: 5, 1: 5}) == (0, "RuntimeError: pair closure")

@@ -1,6 +1,8 @@
 """Short trainings of each model, recorded in MLflow and read back with MlflowClient."""
 
 import math
+import os
+import signal
 from pathlib import Path
 from statistics import fmean
 
@@ -10,6 +12,7 @@ from mlflow import MlflowClient
 
 from runner.app import run_job
 from runner.lit_module import TrainModule
+from runner.training import sigterm_deferred
 from tests.conftest import QUICK, all_runs, compose_job, loss_series, train
 
 STEPS = {"neuron": 40, "ffnn": 40, "decoder": 30}
@@ -89,3 +92,23 @@ def test_without_measuring_a_run_logs_its_losses_and_throughput_only(store: str)
     assert len(loss_series(store, run_id)) == 12 and metrics["throughput_samples_per_s"] > 0
     assert not {"step_time_s", "compute_time_s", "idle_fraction"} & set(metrics)
     assert "timeline.png" not in {a.path for a in client.list_artifacts(run_id)}
+
+
+def test_a_sigterm_while_losses_are_written_is_handled_after_the_write() -> None:
+    # A handler that raises inside a database transaction (Lightning's, torchrun's exit) would
+    # lose every loss of the batch being written.
+    events: list[str] = []
+
+    def terminate(*_: object) -> None:
+        events.append("handled")
+        raise SystemExit("terminated")
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        with pytest.raises(SystemExit), sigterm_deferred():
+            # Delivered before kill returns (POSIX); a handler would run as it returns.
+            os.kill(os.getpid(), signal.SIGTERM)
+            events.append("written")
+        assert events == ["written", "handled"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)

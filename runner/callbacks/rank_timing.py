@@ -4,7 +4,10 @@ Timed from what really runs. Lightning's hooks bound forward, backward and optim
 DDP a communication hook wraps the gradient all-reduce of every bucket, counting its payload and
 stamping when the bucket was ready and when its all-reduce finished. The rank is blocked on
 communication from the last bucket's launch until backward returns (DDP waits there for every
-all-reduce); Lightning's loss synchronization for logging is wrapped and counted as blocked too.
+all-reduce); Lightning's synchronizations for logging (validation's loss, a pipeline's) are wrapped
+and counted as blocked too. The training loss's mean over ranks runs beside backward
+(lit_module.py) and is read after it: any wait left for it (measured: under 0.04 ms) falls
+between backward and the optimizer, in idle.
 Tensor parallelism's collectives run inside forward and backward: each is timed and counted
 (tensor_collectives.py) and its time moves from compute to comm.
 
