@@ -16,18 +16,23 @@ from mlflow import MlflowClient
 QUIET = ["trainer.progress_bar=false", "trainer.val_batches=0"]
 
 
-def runner(*args: str, cwd: str | Path, env: dict[str, str] | None = None) -> float:
-    """Run `python -m runner ARGS` in cwd; its wall time in seconds. Exits with its error."""
-    start = time.perf_counter()
+def runner(*args: str, cwd: str | Path) -> str:
+    """Run `python -m runner ARGS` in cwd; its standard output. Exits with its error."""
     done = subprocess.run(
         [sys.executable, "-m", "runner", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
     )
     if done.returncode:
         sys.exit(f"python -m runner {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def timed_runner(*args: str, cwd: str | Path) -> float:
+    """The wall time of `python -m runner ARGS` in cwd, in seconds."""
+    start = time.perf_counter()
+    runner(*args, cwd=cwd)
     return time.perf_counter() - start
 
 

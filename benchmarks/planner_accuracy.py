@@ -5,9 +5,10 @@ the Spearman rank correlation. Targets: error < 30 %, Spearman >= 0.8.
 Usage: .venv/bin/python -m benchmarks.planner_accuracy [override ...]
 """
 
-import subprocess
 import sys
 import tempfile
+
+from benchmarks.common import runner
 
 JOB = ["model=decoder", "model.dropout=0", "hardware=calibrated", "data.batch_size=32"]
 QUIET = [
@@ -16,15 +17,6 @@ QUIET = [
 ]  # fmt: skip
 LAYOUTS = ["parallel.dp=1,2", "parallel.tp=1,2", "parallel.pp=1,2"]
 PIPELINE = ["parallel.schedule=gpipe", "parallel.microbatches=4"]  # used where pp = 2
-
-
-def runner(*args: str, cwd: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=cwd, capture_output=True, text=True
-    )
-    if done.returncode:
-        sys.exit(done.stderr[-3000:])
-    return done.stdout
 
 
 def main() -> None:

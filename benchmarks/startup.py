@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import QUIET, ratio_line, runner, training_runs
+from benchmarks.common import QUIET, ratio_line, timed_runner, training_runs
 
 REPEATS = 3
 SWEEP_STEPS = 60
@@ -36,7 +36,7 @@ PLAN += ["parallel.tp=8", "parallel.pp=8", "parallel.microbatches=64", "data.bat
 
 
 def best_wall(*args: str, cwd: str) -> float:
-    return min(runner(*args, cwd=cwd) for _ in range(REPEATS))
+    return min(timed_runner(*args, cwd=cwd) for _ in range(REPEATS))
 
 
 def interpreter_startup() -> float:
@@ -50,7 +50,7 @@ def interpreter_startup() -> float:
 
 def sweep_ratio(tmp: str) -> tuple[float, float, float]:
     """(sweep wall, its training steps' time, one start-up)."""
-    wall = runner(*SWEEP, *QUIET, cwd=tmp)
+    wall = timed_runner(*SWEEP, *QUIET, cwd=tmp)
     steps = sum(
         SWEEP_STEPS
         * int(r.data.params["data.batch_size"])
@@ -63,7 +63,7 @@ def sweep_ratio(tmp: str) -> tuple[float, float, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg_job = best_wall("--cfg", "job", cwd=tmp)
-        first_plan = runner(*PLAN, cwd=tmp)
+        first_plan = timed_runner(*PLAN, cwd=tmp)
         plan = best_wall(*PLAN, cwd=tmp)
     with tempfile.TemporaryDirectory() as tmp:
         wall, steps, startup = sweep_ratio(tmp)
