@@ -7,6 +7,9 @@ This machine moves a whole run's throughput by 5-10 % from one process to the ne
 program, run twice in a row), more than the effects measured here. So the sides run in rounds,
 one run each, back to back, their order turned every round (drift over the minutes cancels), and
 each figure is the median over rounds of that round's ratio; the rounds' spread is printed too.
+On one process both sides also time forward, backward and the optimizer: the ratio of those
+(printed, no target) tells whether the runner adds work or its process computes the same work
+more slowly.
 Targets: runner / plain >= 0.95, measure on / off >= 0.97.
 Usage: .venv/bin/python -m benchmarks.overhead [override ...]
 """
@@ -19,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from math import nan
 from statistics import median
 
 from benchmarks.common import last_metrics, ratio_line, runner
@@ -32,15 +36,21 @@ TORCHRUN = ["torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv
 TORCHRUN += ["--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1"]  # a free port, loopback
 
 
-def runner_throughput(folder: str, *overrides: str) -> float:
-    """samples/s the runner logged (its default progress bar on, as a user runs it), run in
-    folder (one for all: its MLflow store is made once, as a user's is)."""
+# A run's samples/s, and its mean compute time a step (forward, backward, optimizer; NaN where
+# the side does not measure it): the second tells a slower process from added work.
+Measured = dict[str, float]
+
+
+def runner_run(folder: str, *overrides: str) -> Measured:
+    """What the runner logged (its default progress bar on, as a user runs it), run in folder
+    (one for all: its MLflow store is made once, as a user's is)."""
     runner(*JOB, *overrides, cwd=folder)
-    return last_metrics(folder)["throughput_samples_per_s"]
+    m = last_metrics(folder)
+    return {"samples/s": m["throughput_samples_per_s"], "compute": m.get("compute_time_s", nan)}
 
 
-def plain_throughput(world: int, *overrides: str) -> float:
-    """samples/s of the hand-written loop; on 2 processes under torchrun, on 127.0.0.1 only."""
+def plain_run(world: int, *overrides: str) -> Measured:
+    """The hand-written loop's figures; on 2 processes under torchrun, on 127.0.0.1 only."""
     launch = [sys.executable, "-m", *(TORCHRUN + ["-m"] if world > 1 else [])]
     done = subprocess.run(
         [*launch, "benchmarks.plain_loop", *JOB, *overrides],
@@ -50,10 +60,11 @@ def plain_throughput(world: int, *overrides: str) -> float:
     )
     if done.returncode:
         sys.exit(f"the plain loop failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["throughput_samples_per_s"]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"samples/s": out["throughput_samples_per_s"], "compute": out["compute_time_s"]}
 
 
-def rounds(count: int, **sides: Callable[[], float]) -> list[dict[str, float]]:
+def rounds(count: int, **sides: Callable[[], Measured]) -> list[dict[str, Measured]]:
     """`count` rounds of one run of each side, the order turned by one every round."""
     names = list(sides)
     out = []
@@ -63,9 +74,11 @@ def rounds(count: int, **sides: Callable[[], float]) -> list[dict[str, float]]:
     return out
 
 
-def ratio(done: list[dict[str, float]], a: str, b: str) -> tuple[float, list[float]]:
-    """The median over rounds of a / b, and every round's."""
-    each = [r[a] / r[b] for r in done]
+def ratio(
+    done: list[dict[str, Measured]], a: str, b: str, key: str = "samples/s"
+) -> tuple[float, list[float]]:
+    """The median over rounds of side a's figure / side b's, and every round's."""
+    each = [r[a][key] / r[b][key] for r in done]
     return median(each), each
 
 
@@ -79,14 +92,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         single = rounds(
             SINGLE_ROUNDS,
-            runner=lambda: runner_throughput(tmp, *extra),
-            plain=lambda: plain_throughput(1, *extra),
+            runner=lambda: runner_run(tmp, *extra),
+            plain=lambda: plain_run(1, *extra),
         )
         ddp = rounds(
             DDP_ROUNDS,
-            runner=lambda: runner_throughput(tmp, *DP2, *extra),
-            plain=lambda: plain_throughput(2, *extra),
-            unmeasured=lambda: runner_throughput(tmp, *DP2, "trainer.measure=false", *extra),
+            runner=lambda: runner_run(tmp, *DP2, *extra),
+            plain=lambda: plain_run(2, *extra),
+            unmeasured=lambda: runner_run(tmp, *DP2, "trainer.measure=false", *extra),
         )
     figures = {
         "runner / plain, 1 process": ratio(single, "runner", "plain"),
@@ -94,10 +107,12 @@ def main() -> None:
         "measure on / off, DDP 2": ratio(ddp, "runner", "unmeasured"),
     }
     for label, done in (("1 process", single), ("DDP, 2 processes", ddp)):
-        sides = "  ".join(f"{k} {median(r[k] for r in done):.1f}" for k in done[0])
+        sides = "  ".join(f"{k} {median(r[k]['samples/s'] for r in done):.1f}" for k in done[0])
         print(f"samples/s, {label} (median of {len(done)} rounds): {sides}")
     for label, figure in figures.items():
         show(label, figure)
+    # Not a target: whether the runner's process computes the same work as fast as the loop's.
+    show("compute s, runner / plain, 1 p", ratio(single, "runner", "plain", "compute"))
     targets = [">= 0.95", ">= 0.95", ">= 0.97"]
     for (label, (mid, _)), target in zip(figures.items(), targets, strict=True):
         print(ratio_line(label, mid, target))

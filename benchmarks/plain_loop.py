@@ -5,7 +5,8 @@ OVERRIDES`, none of the runner's machinery: a DataLoader, forward, loss, backwar
 and the loss read back every step (as a loop that prints it does). Under torchrun it is plain
 DistributedDataParallel over gloo, each rank taking its slice of every global batch as the runner's
 data parallelism does. Rank 0 prints samples/s as the runner defines throughput: global batch /
-mean loop interval (batch start to batch start) after the warm-up steps.
+mean loop interval (batch start to batch start) after the warm-up steps; and the mean time of
+forward, loss, backward and optimizer step (with DDP, backward holds the gradients' all-reduce).
 Usage: .venv/bin/python -m benchmarks.plain_loop [override ...]
        .venv/bin/torchrun --nproc-per-node 2 -m benchmarks.plain_loop [override ...]
 """
@@ -67,19 +68,24 @@ def main() -> None:
     optimizer = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[cfg.trainer.optimizer](
         model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay
     )
-    loss_fn, starts = LOSSES[cfg.data.loss], []
+    loss_fn, starts, computes = LOSSES[cfg.data.loss], [], []
     for step, (x, y) in enumerate(batches(cfg, world, rank)):
         if step == cfg.trainer.max_steps:
             break
         starts.append(time.perf_counter())
         optimizer.zero_grad()
+        begun = time.perf_counter()
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
+        computes.append(time.perf_counter() - begun)  # as the runner's compute_time_s, one process
         loss.item()
-    intervals = [b - a for a, b in itertools.pairwise(starts[cfg.trainer.warmup_steps :])]
+    warm = cfg.trainer.warmup_steps
+    intervals = [b - a for a, b in itertools.pairwise(starts[warm:])]
     if rank == 0:
-        print(json.dumps({"throughput_samples_per_s": cfg.data.batch_size / fmean(intervals)}))
+        throughput = cfg.data.batch_size / fmean(intervals)
+        compute = fmean(computes[warm:-1])  # the steps whose interval is counted
+        print(json.dumps({"throughput_samples_per_s": throughput, "compute_time_s": compute}))
     if world > 1:
         dist.destroy_process_group()
 
