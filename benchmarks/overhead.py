@@ -3,15 +3,20 @@
 with data parallelism on 2 (the loop under torchrun); and the cost of measuring: the runner with
 its timing and counting (`trainer.measure`) on and off, on 2 processes, where the DDP hook runs.
 
-This machine moves a whole run's throughput by 5-10 % from one process to the next (the same
-program, run twice in a row), more than the effects measured here. So the sides run in rounds,
-one run each, back to back, their order turned every round (drift over the minutes cancels), and
-each figure is the median over rounds of that round's ratio; the rounds' spread is printed too.
-On one process both sides also time forward, backward and the optimizer: the ratio of those
-(printed, no target) tells whether the runner adds work or its process computes the same work
-more slowly; and with that taken out, the throughput ratio at equal compute speed (no target:
-what the runner adds to the loop, the figure the noise moves least).
-Targets: runner / plain >= 0.95, measure on / off >= 0.97.
+The loop is what a user would write: glibc's malloc as it comes. The runner's ranks keep freed
+memory for the next step (runner/allocator.py; worth ~5 %, benchmarks/allocator.py), so the raw
+ratio is what a user switching to the runner sees. This machine's speed also drifts by 5-15 %
+over tens of seconds (benchmarks/noise.py), more than the effects measured here. So the sides run
+in rounds, one run each, back to back, their order turned every round, and each figure is the
+median over rounds of that round's ratio; the rounds' spread is printed too. Both sides also time
+the work itself (forward, loss, backward with its blocked all-reduce, optimizer): its share of the
+loop, times the batch, is the throughput each side would have at equal compute speed, and runner /
+plain of that is the time the runner's machinery adds to the loop, with the drift and the
+allocator taken out (the figure the noise moves least; what Lightning does inside a step, its
+closure and zero_grad, counts as the runner's compute there). The compute-time ratio is printed too
+(no target): the drift, and the allocator's gain. Measuring can only be compared raw (with it off
+nothing is timed).
+Targets: runner / plain >= 0.95 (raw and at equal compute speed), measure on / off >= 0.97.
 Usage: .venv/bin/python -m benchmarks.overhead [override ...]
 """
 
@@ -37,24 +42,26 @@ TORCHRUN = ["torch.distributed.run", "--nnodes=1", "--nproc-per-node=2", "--rdzv
 TORCHRUN += ["--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1"]  # a free port, loopback
 
 
-# A run's samples/s, and its mean compute time a step (forward, backward, optimizer; NaN where
-# the side does not measure it): the second tells a slower process from added work.
+# A run's samples/s, and its mean time a step in forward, loss, backward (with the all-reduce it
+# blocks on) and optimizer (NaN where the side does not measure it).
 Measured = dict[str, float]
 
 
 def measured(samples_per_s: float, compute_s: float) -> Measured:
     """With "busy": compute time x samples/s, the share of the loop spent computing times the
     batch. Its runner / plain ratio is the throughput ratio the two would have at equal compute
-    speed: what the runner adds to the loop, with the process's own speed taken out."""
+    speed: what the runner adds to the loop, with the machine's drift taken out."""
     return {"samples/s": samples_per_s, "compute": compute_s, "busy": compute_s * samples_per_s}
 
 
 def runner_run(folder: str, *overrides: str) -> Measured:
     """What the runner logged (its default progress bar on, as a user runs it), run in folder
-    (one for all: its MLflow store is made once, as a user's is)."""
+    (one for all: its MLflow store is made once, as a user's is). Its compute time leaves the
+    exposed all-reduce out (that is comm); the plain loop's backward holds it, so it is added."""
     runner(*JOB, *overrides, cwd=folder)
     m = last_metrics(folder)
-    return measured(m["throughput_samples_per_s"], m.get("compute_time_s", nan))
+    work = m.get("compute_time_s", nan) + m.get("comm_time_s", nan)
+    return measured(m["throughput_samples_per_s"], work)
 
 
 def plain_run(world: int, *overrides: str) -> Measured:
@@ -92,7 +99,7 @@ def ratio(
 
 def show(label: str, figure: tuple[float, list[float]]) -> None:
     mid, each = figure
-    print(f"{label:<28}{mid:>7.3f}   rounds: {' '.join(f'{x:.3f}' for x in each)}")
+    print(f"{label:<48}{mid:>7.3f}   rounds: {' '.join(f'{x:.3f}' for x in each)}")
 
 
 def main() -> None:
@@ -113,20 +120,17 @@ def main() -> None:
         "runner / plain, 1 process": ratio(single, "runner", "plain"),
         "runner / plain, DDP 2": ratio(ddp, "runner", "plain"),
         "measure on / off, DDP 2": ratio(ddp, "runner", "unmeasured"),
+        "runner / plain, 1 process, equal compute speed": ratio(single, "runner", "plain", "busy"),
+        "runner / plain, DDP 2, equal compute speed": ratio(ddp, "runner", "plain", "busy"),
     }
     for label, done in (("1 process", single), ("DDP, 2 processes", ddp)):
         sides = "  ".join(f"{k} {median(r[k]['samples/s'] for r in done):.1f}" for k in done[0])
         print(f"samples/s, {label} (median of {len(done)} rounds): {sides}")
     for label, figure in figures.items():
         show(label, figure)
-    # No targets: whether the runner's process computes the same work as fast as the loop's, and
-    # the one-process ratio with that difference taken out (DDP's compute spans differ: the
-    # runner's leave out the exposed all-reduce, the loop's backward holds it).
-    show("compute s, runner / plain, 1 p", ratio(single, "runner", "plain", "compute"))
-    equal = ratio(single, "runner", "plain", "busy")
-    show("1 process, equal compute speed", equal)
-    figures["runner / plain, 1 process, equal compute speed"] = equal
-    targets = [">= 0.95", ">= 0.95", ">= 0.97", "none"]
+    for label, done in (("1 process", single), ("DDP 2", ddp)):
+        show(f"compute s, runner / plain, {label}", ratio(done, "runner", "plain", "compute"))
+    targets = [">= 0.95", ">= 0.95", ">= 0.97", ">= 0.95", ">= 0.95"]
     for (label, (mid, _)), target in zip(figures.items(), targets, strict=True):
         print(ratio_line(label, mid, target))
 

@@ -6,7 +6,8 @@ and the loss read back every step (as a loop that prints it does). Under torchru
 DistributedDataParallel over gloo, each rank taking its slice of every global batch as the runner's
 data parallelism does. Rank 0 prints samples/s as the runner defines throughput: global batch /
 mean loop interval (batch start to batch start) after the warm-up steps; and the mean time of
-forward, loss, backward and optimizer step (with DDP, backward holds the gradients' all-reduce).
+forward, loss, backward and optimizer step, over steps and ranks (with DDP, backward holds the
+gradients' all-reduce: the runner's compute_time_s + comm_time_s).
 Usage: .venv/bin/python -m benchmarks.plain_loop [override ...]
        .venv/bin/torchrun --nproc-per-node 2 -m benchmarks.plain_loop [override ...]
 """
@@ -56,14 +57,12 @@ def batches(cfg: DictConfig, world: int, rank: int) -> Iterator[tuple[torch.Tens
         yield from loader
 
 
-def main() -> None:
-    cfg = config(sys.argv[1:])
-    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+def train(cfg: DictConfig, world: int = 1, rank: int = 0) -> tuple[list[float], list[float]]:
+    """Every step's start and its compute time (forward, loss, backward, optimizer step)."""
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
     torch.manual_seed(cfg.seed)
     model = instantiate(cfg.model, _convert_="all")
     if world > 1:
-        dist.init_process_group("gloo")
         model = DistributedDataParallel(model, broadcast_buffers=False)
     optimizer = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[cfg.trainer.optimizer](
         model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay
@@ -78,16 +77,27 @@ def main() -> None:
         loss = loss_fn(model(x), y)
         loss.backward()
         optimizer.step()
-        computes.append(time.perf_counter() - begun)  # as the runner's compute_time_s, one process
+        computes.append(time.perf_counter() - begun)  # with DDP, backward holds the all-reduce
         loss.item()
+    return starts, computes
+
+
+def main() -> None:
+    cfg = config(sys.argv[1:])
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    if world > 1:
+        dist.init_process_group("gloo")
+    starts, computes = train(cfg, world, rank)
     warm = cfg.trainer.warmup_steps
     intervals = [b - a for a, b in itertools.pairwise(starts[warm:])]
+    compute = torch.tensor(fmean(computes[warm:-1]))  # the steps whose interval is counted
+    if world > 1:
+        dist.all_reduce(compute)  # the mean over ranks, as the runner's compute_time_s
+        dist.destroy_process_group()
     if rank == 0:
         throughput = cfg.data.batch_size / fmean(intervals)
-        compute = fmean(computes[warm:-1])  # the steps whose interval is counted
-        print(json.dumps({"throughput_samples_per_s": throughput, "compute_time_s": compute}))
-    if world > 1:
-        dist.destroy_process_group()
+        out = {"throughput_samples_per_s": throughput, "compute_time_s": compute.item() / world}
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ class HardwareConfig:
     devices: int | None = None  # processes (one per device) per node; None: what the mesh needs
     nodes: int = 1  # more than 1: start one runner per node with torchrun or SLURM
     threads_per_rank: int | None = None  # None: cores / ranks
+    keep_freed_memory: bool = True  # glibc's malloc keeps a step's freed memory for the next
     memory_gib: float | None = None  # per device; None: read from this host
     # Per device by dtype (fp32, bf16); on a CPU, the whole host's (its devices share the cores).
     peak_tflops: dict[str, float] = MISSING

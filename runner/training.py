@@ -24,6 +24,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import DataLoader
 
 from runner import parallel
+from runner.allocator import keep_freed_memory
 from runner.callbacks.faults import FaultInjection, Progress
 from runner.callbacks.progress_bar import ProgressBar
 from runner.callbacks.rank_timing import LoopTiming, RankTiming, combine
@@ -36,10 +37,13 @@ from runner.snapshots import Snapshots
 from runner.validate import ConfigError
 
 
-def set_threads(cfg: DictConfig) -> None:
-    """Threads per rank = cores / ranks on this node: on a crowded CPU timings mean nothing."""
+def set_process(cfg: DictConfig) -> None:
+    """Threads per rank = cores / ranks on this node: on a crowded CPU timings mean nothing. And
+    malloc keeping what a step frees for the next (runner/allocator.py)."""
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cfg.hardware.threads_per_rank or max(1, cores // cfg.hardware.devices))
+    if cfg.hardware.keep_freed_memory:
+        keep_freed_memory()
 
 
 def loaders(
@@ -194,7 +198,7 @@ def train(
     resume: tuple[str, int] | None = None,
 ) -> dict[str, float]:
     """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
-    set_threads(cfg)
+    set_process(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
     splits: Splits = instantiate(cfg.data, _convert_="all")
     module = TrainModule(

@@ -3,7 +3,7 @@
 import pytest
 
 from runner.callbacks.rank_timing import Step, combine
-from runner.training import set_threads
+from runner.training import set_process
 from tests.conftest import compose_job
 
 
@@ -48,9 +48,9 @@ def test_threads_per_rank_are_cores_over_ranks(monkeypatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(8)))
     before = torch.get_num_threads()
     try:
-        set_threads(compose_job("parallel=data", "hardware.devices=4")[0])
+        set_process(compose_job("parallel=data", "hardware.devices=4")[0])
         assert torch.get_num_threads() == 2
-        set_threads(compose_job("hardware.threads_per_rank=3")[0])
+        set_process(compose_job("hardware.threads_per_rank=3")[0])
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)

@@ -1,0 +1,59 @@
+"""Freed memory kept for the next step (runner/allocator.py)."""
+
+import json
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from runner import training
+from tests.conftest import compose_job
+
+# In a fresh process (glibc adapts its thresholds to what it has seen freed): where a 2 MiB block
+# comes from (mmap'd bytes before and after), and whether the heap shrinks when 64 MiB of 1 MiB
+# blocks (a step's activations) are freed. Read with mallinfo2 (glibc 2.33+).
+BLOCKS = """
+import ctypes, json, sys, torch
+from runner.allocator import keep_freed_memory
+FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in FIELDS.split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "kept":
+    assert keep_freed_memory()
+mapped = libc.mallinfo2().hblkhd
+block = torch.ones(1 << 19)
+mapped = libc.mallinfo2().hblkhd - mapped
+del block
+blocks = [torch.ones(256, 1024) for _ in range(64)]
+heap = libc.mallinfo2().arena
+del blocks
+print(json.dumps({"mapped": mapped, "heap": heap, "heap_after_free": libc.mallinfo2().arena}))
+"""
+
+
+def blocks(mode: str) -> dict[str, int]:
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKS, mode], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
+def test_freed_blocks_stay_in_the_heap_for_the_next_step() -> None:
+    default, kept = blocks("default"), blocks("kept")
+    assert default["mapped"] >= 2 << 20  # glibc: mmap'd, and unmapped when freed
+    assert kept["mapped"] == 0  # from the heap
+    # The heap keeps what the step freed (by default glibc may hand the top of it back).
+    assert kept["heap_after_free"] == kept["heap"] >= 64 << 20
+
+
+def test_every_rank_keeps_freed_memory_unless_turned_off(monkeypatch) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr(training, "keep_freed_memory", lambda: calls.append(True) or True)
+    training.set_process(compose_job("hardware.devices=1")[0])
+    assert calls == [True]
+    training.set_process(compose_job("hardware.devices=1", "hardware.keep_freed_memory=false")[0])
+    assert calls == [True]
