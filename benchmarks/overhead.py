@@ -29,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from math import nan
-from statistics import median
+from statistics import fmean, median
 
 from benchmarks.common import last_metrics, ratio_line, runner
 
@@ -75,8 +75,9 @@ def plain_run(world: int, *overrides: str) -> Measured:
     )
     if done.returncode:
         sys.exit(f"the plain loop failed:\n{done.stderr[-3000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    return measured(out["throughput_samples_per_s"], out["compute_time_s"])
+    ranks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
+    samples_per_s = next(r["throughput_samples_per_s"] for r in ranks if r["rank"] == 0)
+    return measured(samples_per_s, fmean(r["compute_time_s"] for r in ranks))  # as the runner's
 
 
 def rounds(count: int, **sides: Callable[[], Measured]) -> list[dict[str, Measured]]:

@@ -5,9 +5,9 @@ OVERRIDES`, none of the runner's machinery: a DataLoader, forward, loss, backwar
 and the loss read back every step (as a loop that prints it does). Under torchrun it is plain
 DistributedDataParallel over gloo, each rank taking its slice of every global batch as the runner's
 data parallelism does. Rank 0 prints samples/s as the runner defines throughput: global batch /
-mean loop interval (batch start to batch start) after the warm-up steps; and the mean time of
-forward, loss, backward and optimizer step, over steps and ranks (with DDP, backward holds the
-gradients' all-reduce: the runner's compute_time_s + comm_time_s).
+mean loop interval (batch start to batch start) after the warm-up steps; every rank prints its
+mean time of forward, loss, backward and optimizer step (with DDP, backward holds the gradients'
+all-reduce: the runner's compute_time_s + comm_time_s).
 Usage: .venv/bin/python -m benchmarks.plain_loop [override ...]
        .venv/bin/torchrun --nproc-per-node 2 -m benchmarks.plain_loop [override ...]
 """
@@ -89,15 +89,14 @@ def main() -> None:
         dist.init_process_group("gloo")
     starts, computes = train(cfg, world, rank)
     warm = cfg.trainer.warmup_steps
-    intervals = [b - a for a, b in itertools.pairwise(starts[warm:])]
-    compute = torch.tensor(fmean(computes[warm:-1]))  # the steps whose interval is counted
     if world > 1:
-        dist.all_reduce(compute)  # the mean over ranks, as the runner's compute_time_s
         dist.destroy_process_group()
+    # Every rank its own line (one write each: whole lines in a pipe), no collective at the end.
+    out = {"rank": rank, "compute_time_s": fmean(computes[warm:-1])}  # steps of counted intervals
     if rank == 0:
-        throughput = cfg.data.batch_size / fmean(intervals)
-        out = {"throughput_samples_per_s": throughput, "compute_time_s": compute.item() / world}
-        print(json.dumps(out))
+        intervals = [b - a for a, b in itertools.pairwise(starts[warm:])]
+        out["throughput_samples_per_s"] = cfg.data.batch_size / fmean(intervals)
+    print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
