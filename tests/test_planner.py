@@ -195,3 +195,48 @@ def test_training_fits_as_the_layout_splits_the_model() -> None:
     assert error.value.key == "model" and "x 4 processes on one host" in str(error.value)
     cfg, _ = compose_job(*big, "parallel=pipeline", "hardware.devices=4")
     validate.validate(cfg)
+
+
+def built_tensors(model_cfg) -> list:
+    """The parameters of the module really built (on the meta device: GPT-3 never fills memory)."""
+    import torch
+    from hydra.utils import instantiate
+
+    with torch.device("meta"):
+        return list(instantiate(model_cfg, _convert_="all").parameters())
+
+
+@pytest.mark.parametrize("preset", ["decoder", "gpt3_175b", "ffnn", "neuron"])
+def test_the_tensor_sizes_are_the_built_modules(preset: str) -> None:
+    from runner.models.sizes import stage_layers
+    from runner.planner.traffic import stage_tensors
+
+    cfg, _ = compose_job(f"model={preset}")
+    (layers,) = stage_layers(cfg.model, cfg.parallel)
+    sizes = stage_tensors(cfg.model, layers, True, 1)
+    assert sizes == [p.numel() for p in built_tensors(cfg.model)]
+
+
+@pytest.mark.parametrize(
+    ("preset", "cap_mb"),
+    [("decoder", None), ("decoder", 2), ("gpt3_175b", None), ("ffnn", None), ("ffnn", 0.01)],
+)
+def test_all_reduce_calls_are_ddps_buckets(preset: str, cap_mb: float | None) -> None:
+    """Counted as DDP counts them (torch's own assignment, its default and set limits), not as
+    payload / cap: buckets close at tensor boundaries, and GPT-3's matrices are one each."""
+    import torch.distributed as dist
+    from torch.nn.parallel.distributed import _BucketCapacityConfig
+
+    from runner.planner.traffic import bucket_count
+
+    cfg, _ = compose_job(f"model={preset}")
+    tensors = built_tensors(cfg.model)
+    limits = _BucketCapacityConfig.create(cap_mb, None, False)
+    ddp, _ = dist._compute_bucket_assignment_by_size(
+        list(reversed(tensors)),  # about the order backward makes the gradients
+        [limits.first_bucket_bytes_cap, limits.bucket_bytes_cap],
+        [False] * len(tensors),
+    )
+    assert bucket_count([4 * p.numel() for p in tensors], cap_mb) == len(ddp)
+    if preset == "gpt3_175b":  # payload / 25 MiB would say ~27,000
+        assert len(ddp) < 1_000

@@ -9,8 +9,8 @@ back. Per-rank figures are means over ranks (pipeline stages differ), as the run
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from statistics import fmean
 
 from omegaconf import DictConfig
 
@@ -38,37 +38,54 @@ def widths(m: DictConfig) -> list[int]:
     return [m.in_features, *m.hidden, m.out_features]
 
 
+def decoder_block_tensors(d: int, tp: int) -> list[int]:
+    """One block's parameter tensors on one tensor-parallel rank, in the module's order (Q, K, V,
+    output, norm, up, down, norm): split layers hold 1/tp of theirs, the row-parallel biases (the
+    output projection's, down's) and the norms are whole."""
+    column = [d * d // tp, d // tp]  # a weight split by columns, and its bias
+    attention = [*column * 3, d * d // tp, d]
+    ffn = [4 * d * d // tp, 4 * d // tp, 4 * d * d // tp, d]
+    return [*attention, d, d, *ffn, d, d]
+
+
 def decoder_block_params(d: int, tp: int) -> int:
-    """One block's parameters on one tensor-parallel rank: split layers hold 1/tp of theirs, the
-    row-parallel biases and the norms are whole."""
-    q_k_v = 3 * (d * d + d) // tp
-    out = d * d // tp + d
-    up, down = (4 * d * d + 4 * d) // tp, 4 * d * d // tp + d
-    return q_k_v + out + up + down + 4 * d
+    return sum(decoder_block_tensors(d, tp))
 
 
-def ffnn_stage_params(m: DictConfig, layers: range, tp: int) -> int:
+def ffnn_stage_tensors(m: DictConfig, layers: range, tp: int) -> list[int]:
+    """Each Linear's weight and bias on one tensor-parallel rank: a column layer holds 1/tp of
+    both, a row layer 1/tp of its weight and all its bias."""
     w = widths(m)
     column = {c for c, _ in column_row_pairs(layers)} if tp > 1 else set()
     row = {c + 1 for c in column}
 
-    def linear(i: int) -> int:
+    def linear(i: int) -> list[int]:
         weights, bias = w[i] * w[i + 1], w[i + 1]
         if i in column:
-            return (weights + bias) // tp
-        return weights // tp + bias if i in row else weights + bias
+            return [weights // tp, bias // tp]
+        return [weights // tp, bias] if i in row else [weights, bias]
 
-    return sum(linear(i) for i in layers)
+    return [n for i in layers for n in linear(i)]
+
+
+def stage_tensors(m: DictConfig, layers: range, ends: bool, tp: int) -> list[int] | None:
+    """Sizes of the trainable tensors of one stage on one rank (`ends`: it holds the first or last
+    stage), in the module's order; None for a model of someone else's."""
+    if is_decoder(m):
+        embedding = [m.vocab_size * m.d_model] if ends else []
+        return embedding + [n for _ in layers for n in decoder_block_tensors(m.d_model, tp)]
+    if m.get("_target_", "").endswith("FFNN"):
+        return ffnn_stage_tensors(m, layers, tp)
+    if m.get("_target_", "").endswith("Neuron"):
+        return [m.n_inputs, 1]  # its weights, its bias
+    count = param_count(m)  # never split; None for a model of someone else's
+    return None if count is None else [count]
 
 
 def stage_params(m: DictConfig, layers: range, ends: bool, tp: int) -> int | None:
     """Trainable parameters of one stage on one rank (`ends`: it holds the first or last stage)."""
-    if is_decoder(m):
-        embedding = m.vocab_size * m.d_model if ends else 0
-        return embedding + len(layers) * decoder_block_params(m.d_model, tp)
-    if m.get("_target_", "").endswith("FFNN"):
-        return ffnn_stage_params(m, layers, tp)
-    return param_count(m)  # one piece, never split; None for a model of someone else's
+    tensors = stage_tensors(m, layers, ends, tp)
+    return None if tensors is None else sum(tensors)
 
 
 @dataclass
@@ -81,20 +98,27 @@ class Traffic:
 
 def data_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -> Traffic:
     last = len(stages) - 1
-    per_stage = [stage_params(cfg.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)]
+    per_stage = [stage_tensors(cfg.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)]
     if mesh.dp < 2 or None in per_stage:
         return Traffic()
-    payload = sum(per_stage) * elem / mesh.pp  # every gradient a rank holds, once
-    return Traffic({"dp": payload}, {"dp": bucket_count(payload, cfg.parallel.bucket_cap_mb)})
+    payload = sum(sum(t) for t in per_stage) * elem / mesh.pp  # every gradient a rank holds, once
+    cap = cfg.parallel.bucket_cap_mb
+    calls = fmean(bucket_count([n * elem for n in t], cap) for t in per_stage)
+    return Traffic({"dp": payload}, {"dp": calls})
 
 
-def bucket_count(payload: float, cap_mb: float | None) -> int:
-    """DDP's all-reduce calls a step: torch's default caps the first bucket at 1 MiB, the rest at
-    25 MiB; a size that is set caps every bucket."""
-    if cap_mb is not None:
-        return math.ceil(payload / (cap_mb * 2**20))
-    first = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
-    return 1 + math.ceil(max(0.0, payload - first) / (25 * 2**20))
+def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
+    """DDP's all-reduce calls a step. Gradients fill buckets in reverse module order (about the
+    order backward makes them), and a bucket closes at the first tensor that takes it to its
+    limit (torch's _compute_bucket_assignment_by_size): by default 1 MiB for the first bucket and
+    25 MiB after it; a size that is set, for every bucket. A tensor over the limit is a bucket."""
+    limits = [cap_mb * 2**20] if cap_mb is not None else [2**20, 25 * 2**20]
+    closed, filled = 0, 0
+    for size in reversed(tensor_bytes):
+        filled += size
+        if filled >= limits[min(closed, len(limits) - 1)]:
+            closed, filled = closed + 1, 0
+    return closed + bool(filled)
 
 
 def tensor_parallel(cfg: DictConfig, mesh: Mesh, stages: list[range], elem: int) -> Traffic:
