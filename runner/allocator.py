@@ -6,9 +6,9 @@ heap back to the kernel past a trim threshold; it raises both thresholds as it s
 freed, but only to 32 MiB. So every step touched the same amount of fresh memory, page by page:
 on the default decoder (one process) about 7,000 minor page faults a step. Blocks up to 32 MiB
 from the heap, and the heap kept up to 1 GiB: about 2,400 (the rest: blocks over 32 MiB, still
-mapped afresh), 5.6 % more samples/s on this 2-core machine (median of 6 rounds, 0.95-1.12) and
-a peak resident memory 1.3 % higher (benchmarks/allocator.py). A process keeps what it freed
-rather than returning it, which is what a loop repeating the same step wants.
+mapped afresh), 5.6 and 7.7 % more samples/s on this 2-core machine (medians of 6 rounds, two
+runs of benchmarks/allocator.py) and the same peak resident memory (+1.3 %, -0.6 %): a process
+keeps what it freed rather than returning it, which is what a loop repeating the same step wants.
 `hardware.keep_freed_memory=false` leaves glibc's defaults; other C libraries: nothing is done.
 """
 
