@@ -8,16 +8,15 @@ Usage: .venv/bin/python -m benchmarks.allocator [override ...]
 
 from __future__ import annotations
 
-import itertools
 import json
 import resource
 import subprocess
 import sys
-from statistics import fmean, median
+from statistics import median
 
 from benchmarks.common import ratio_line
 from benchmarks.overhead import JOB, Measured, ratio, rounds, show
-from benchmarks.plain_loop import config, train
+from benchmarks.plain_loop import config, samples_per_s, train
 from runner.allocator import keep_freed_memory
 
 ROUNDS = 6
@@ -31,9 +30,8 @@ def one_run(kept: bool, overrides: list[str]) -> None:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     starts, _ = train(cfg)
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
-    interval = fmean(b - a for a, b in itertools.pairwise(starts[cfg.trainer.warmup_steps :]))
     out = {
-        "samples/s": cfg.data.batch_size / interval,
+        "samples/s": samples_per_s(cfg, starts),
         "faults/step": faults / cfg.trainer.max_steps,
         "peak MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }

@@ -82,6 +82,12 @@ def train(cfg: DictConfig, world: int = 1, rank: int = 0) -> tuple[list[float], 
     return starts, computes
 
 
+def samples_per_s(cfg: DictConfig, starts: list[float]) -> float:
+    """Global batch / mean loop interval after the warm-up steps, as the runner's throughput."""
+    intervals = [b - a for a, b in itertools.pairwise(starts[cfg.trainer.warmup_steps :])]
+    return cfg.data.batch_size / fmean(intervals)
+
+
 def main() -> None:
     cfg = config(sys.argv[1:])
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
@@ -94,8 +100,7 @@ def main() -> None:
     # Every rank its own line (one write each: whole lines in a pipe), no collective at the end.
     out = {"rank": rank, "compute_time_s": fmean(computes[warm:-1])}  # steps of counted intervals
     if rank == 0:
-        intervals = [b - a for a, b in itertools.pairwise(starts[warm:])]
-        out["throughput_samples_per_s"] = cfg.data.batch_size / fmean(intervals)
+        out["throughput_samples_per_s"] = samples_per_s(cfg, starts)
     print(json.dumps(out), flush=True)
 
 
