@@ -9,6 +9,7 @@ Usage: .venv/bin/python -m benchmarks [--readme]
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import subprocess
 import sys
@@ -23,13 +24,22 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 MARKERS = ("<!-- bench -->", "<!-- /bench -->")
 
 
+def load() -> str:
+    """The machine's load averages: with 2 cores, anything else running (a test suite) slows every
+    benchmark down, and the walls and the medians with it."""
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def run(name: str) -> list[dict[str, str]]:
-    """Run one benchmark, showing its output as it comes; its results."""
-    print(f"== benchmarks.{name}", flush=True)
+    """Run one benchmark, showing its output as it comes; its results. Its wall time and the
+    machine's load are printed too: what a slow `make bench` spent its time on."""
+    print(f"== benchmarks.{name} ({load()})", flush=True)
+    start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}"], stdout=subprocess.PIPE, text=True
     )
     print(done.stdout, flush=True)
+    print(f"== benchmarks.{name}: {time.perf_counter() - start:.0f} s ({load()})", flush=True)
     if done.returncode:
         sys.exit(f"benchmarks.{name} failed")
     found = (RESULT.match(line) for line in done.stdout.splitlines())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -16,14 +18,49 @@ from mlflow import MlflowClient
 QUIET = ["trainer.progress_bar=false", "trainer.val_batches=0"]
 
 
-def runner(*args: str, cwd: str | Path) -> str:
-    """Run `python -m runner ARGS` in cwd; its standard output. Exits with its error."""
-    done = subprocess.run(
-        [sys.executable, "-m", "runner", *args],
-        cwd=cwd,
-        capture_output=True,
+def bounded(
+    command: list[str], timeout_s: float | None, **popen: Any
+) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(command, capture_output=True, text=True), but a command still running after
+    timeout_s ends the benchmark with a clear message rather than holding it. The command runs in
+    a session of its own, so that all it started can be stopped together: its process group gets
+    SIGTERM on a timeout, SIGINT on Ctrl-C (the runner and torchrun then stop their ranks), and
+    SIGKILL if still there 30 s later."""
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-    )
+        start_new_session=True,
+        **popen,
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _, err = stop(process, signal.SIGTERM)
+            sys.exit(f"{' '.join(command)} still ran after {timeout_s:.0f} s:\n{err[-3000:]}")
+        except BaseException:  # Ctrl-C: its own session no longer gets it from the terminal
+            stop(process, signal.SIGINT)
+            raise
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def stop(process: subprocess.Popen[str], sig: signal.Signals) -> tuple[str, str]:
+    """Signal the process group of process (its own session); SIGKILL it after 30 s."""
+    with contextlib.suppress(ProcessLookupError):  # it may have ended meanwhile
+        os.killpg(process.pid, sig)
+    try:
+        return process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        return process.communicate()
+
+
+def runner(*args: str, cwd: str | Path, timeout_s: float | None = None) -> str:
+    """Run `python -m runner ARGS` in cwd; its standard output. Exits with its error, or if it
+    runs longer than timeout_s (None: no limit)."""
+    done = bounded([sys.executable, "-m", "runner", *args], timeout_s, cwd=cwd)
     if done.returncode:
         sys.exit(f"python -m runner {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return done.stdout

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from math import nan
 from statistics import fmean, median
 
-from benchmarks.common import last_metrics, ratio_line, runner
+from benchmarks.common import bounded, last_metrics, ratio_line, runner
+from benchmarks.plain_loop import RESULTS_ENV, result_file
 
 STEPS, WARMUP = 30, 5
+# One run takes 10-25 s here; one still running after this is stuck (a rank, a rendezvous), and
+# the benchmark stops with its error rather than waiting out the launcher's own timeouts (15 min).
+RUN_TIMEOUT_S = 300
 # Rounds: one process costs a third of DDP's three runs and sits nearer its target, so more.
 SINGLE_ROUNDS, DDP_ROUNDS = 7, 5
 JOB = [f"trainer.max_steps={STEPS}", f"trainer.warmup_steps={WARMUP}", "trainer.val_batches=0"]
@@ -58,25 +61,30 @@ def runner_run(folder: str, *overrides: str) -> Measured:
     """What the runner logged (its default progress bar on, as a user runs it), run in folder
     (one for all: its MLflow store is made once, as a user's is). Its compute time leaves the
     exposed all-reduce out (that is comm); the plain loop's backward holds it, so it is added."""
-    runner(*JOB, *overrides, cwd=folder)
+    runner(*JOB, *overrides, cwd=folder, timeout_s=RUN_TIMEOUT_S)
     m = last_metrics(folder)
     work = m.get("compute_time_s", nan) + m.get("comm_time_s", nan)
     return measured(m["throughput_samples_per_s"], work)
 
 
 def plain_run(world: int, *overrides: str) -> Measured:
-    """The hand-written loop's figures; on 2 processes under torchrun, on 127.0.0.1 only."""
+    """The hand-written loop's figures; on 2 processes under torchrun, on 127.0.0.1 only. Each
+    rank writes its result to its own file (ranks sharing one stdout can interleave their lines)."""
     launch = [sys.executable, "-m", *(TORCHRUN + ["-m"] if world > 1 else [])]
-    done = subprocess.run(
-        [*launch, "benchmarks.plain_loop", *JOB, *overrides],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
-    )
-    if done.returncode:
-        sys.exit(f"the plain loop failed:\n{done.stderr[-3000:]}")
-    ranks = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"rank"')]
-    samples_per_s = next(r["throughput_samples_per_s"] for r in ranks if r["rank"] == 0)
+    with tempfile.TemporaryDirectory() as results:
+        done = bounded(
+            [*launch, "benchmarks.plain_loop", *JOB, *overrides],
+            RUN_TIMEOUT_S,
+            env={**os.environ, "GLOO_SOCKET_IFNAME": "lo", RESULTS_ENV: results},
+        )
+        if done.returncode:
+            sys.exit(f"the plain loop failed:\n{done.stderr[-3000:]}")
+        files = {r: result_file(results, r) for r in range(world)}
+        lost = [str(f) for f in files.values() if not f.exists()]
+        if lost:
+            sys.exit(f"the plain loop left no result in {', '.join(lost)}:\n{done.stderr[-3000:]}")
+        ranks = [json.loads(f.read_text()) for f in files.values()]
+    samples_per_s = ranks[0]["throughput_samples_per_s"]
     return measured(samples_per_s, fmean(r["compute_time_s"] for r in ranks))  # as the runner's
 
 

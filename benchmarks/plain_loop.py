@@ -8,6 +8,12 @@ data parallelism does. Rank 0 prints samples/s as the runner defines throughput:
 mean loop interval (batch start to batch start) after the warm-up steps; every rank prints its
 mean time of forward, loss, backward and optimizer step (with DDP, backward holds the gradients'
 all-reduce: the runner's compute_time_s + comm_time_s).
+
+Each rank's result is one JSON object. With PLAIN_LOOP_RESULTS=DIR in the environment every rank
+writes it to DIR/rank_<r>.json (written whole, then renamed into place): what benchmarks.overhead
+reads, since ranks that share one stdout can interleave their prints (under PYTHONUNBUFFERED=1 a
+print is two writes, the text and its newline, and once gave `{rank 0}{rank 1}` on one line).
+Without it, each rank prints `plain_loop rank <r>: {...}`, the whole line in one os.write.
 Usage: .venv/bin/python -m benchmarks.plain_loop [override ...]
        .venv/bin/torchrun --nproc-per-node 2 -m benchmarks.plain_loop [override ...]
 """
@@ -20,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from statistics import fmean
 
 import torch
@@ -33,6 +40,28 @@ from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 from runner.cli import CONF_DIR
 from runner.losses import LOSSES
 from runner.schema import register_configs
+
+RESULTS_ENV = "PLAIN_LOOP_RESULTS"  # a folder: each rank writes rank_<r>.json there
+PREFIX = "plain_loop rank "  # without it, each rank's stdout line: `plain_loop rank <r>: {...}`
+
+
+def result_file(folder: str | Path, rank: int) -> Path:
+    return Path(folder) / f"rank_{rank}.json"
+
+
+def report(out: dict[str, float | int], rank: int) -> None:
+    """This rank's result where no other rank's can cut into it: its own file (written whole
+    under another name, then renamed), or one line written by a single os.write."""
+    text = json.dumps(out)
+    folder = os.environ.get(RESULTS_ENV)
+    if folder:
+        done = result_file(folder, rank)
+        partial = done.with_suffix(".partial")
+        partial.write_text(text)
+        os.replace(partial, done)
+    else:
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), f"{PREFIX}{rank}: {text}\n".encode())
 
 
 def config(overrides: list[str]) -> DictConfig:
@@ -97,11 +126,11 @@ def main() -> None:
     warm = cfg.trainer.warmup_steps
     if world > 1:
         dist.destroy_process_group()
-    # Every rank its own line (one write each: whole lines in a pipe), no collective at the end.
+    # Every rank reports its own result, no collective at the end.
     out = {"rank": rank, "compute_time_s": fmean(computes[warm:-1])}  # steps of counted intervals
     if rank == 0:
         out["throughput_samples_per_s"] = samples_per_s(cfg, starts)
-    print(json.dumps(out), flush=True)
+    report(out, rank)
 
 
 if __name__ == "__main__":

@@ -1,45 +1,23 @@
-"""One job: validate, then train or compute a worked example, recorded in one MLflow run."""
+"""One job: validate (resolving the mesh first), then run its mode (runner/modes/), recorded in one
+MLflow run."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
+from typing import Any
 
 from omegaconf import DictConfig
 
+from runner import choices
 from runner.validate import validate
+
+# mode -> its module under runner/modes/, imported only when chosen (training imports torch).
+MODES = {mode: f"runner.modes.{mode}" for mode in choices.MODES}
 
 
 def run_job(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
-) -> dict[str, float]:
+) -> dict[str, Any]:
     validate(cfg)  # before anything heavy is imported or any run is opened
-    if cfg.mode == "train":
-        from runner.launch import run
-
-        return run(cfg, choices, overrides)
-    if cfg.mode == "plan":
-        from runner.plan import run_plan
-
-        return run_plan(cfg, choices, overrides)
-    if cfg.mode == "report":
-        from runner.compare import run_report
-
-        return run_report(cfg, choices, overrides)
-    if cfg.mode == "calibrate":
-        from runner.calibrate import run_calibrate
-
-        return run_calibrate(cfg, choices, overrides)
-    from runner.tracking import recorded_run
-
-    with recorded_run(cfg, choices, overrides) as record:
-        figures = example(cfg)
-        record.log_metrics(figures)
-    return figures
-
-
-def example(cfg: DictConfig) -> dict[str, float]:
-    from hydra.utils import instantiate
-
-    from runner.worked_examples import EXAMPLES
-
-    return EXAMPLES[cfg.example.name](instantiate(cfg.model, _convert_="all"), cfg.example)
+    return importlib.import_module(MODES[cfg.mode]).run(cfg, choices, overrides)

@@ -15,18 +15,16 @@ import json
 import multiprocessing
 import multiprocessing.forkserver
 import os
-import signal
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from runner.cluster import exit_on_sigterm, external_launcher, global_rank, world_size
 from runner.planner.failures import lost_work
-from runner.tracking import Run, recorded_run
+from runner.tracking import Run
 
 LOOPBACK = "127.0.0.1"
 
@@ -43,41 +41,18 @@ def rank_main(
     resume: tuple[str, int] | None = None,
 ) -> dict[str, float]:
     """What every rank runs (a module-level function: spawned ranks import it by name)."""
-    from runner.training import train
+    from runner.training.rank import train
 
     return train(OmegaConf.create(cfg), run_id, progress, resume)
 
 
-def run(
-    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
-) -> dict[str, float]:
-    world = world_size(cfg)
-    resumed, resume = None, None
-    if cfg.resume:
-        from runner.snapshots import find  # imports torch: only when a snapshot is wanted
-
-        resumed, folder, step = find(cfg)
-        resume = (str(folder.resolve()), step)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
-    if world > 1 and external_launcher() is None:
-        bind_gloo_to_loopback()
-        start_fork_server()
-        with recorded_run(cfg, choices, overrides, world, resumed) as record:
-            return spawn(resolved, world, record, resume)
-    if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
-        bind_gloo_to_loopback()
-    if global_rank() != 0:  # one rank among those torchrun or srun started: rank 0 records
-        return rank_main(resolved, None, None, resume)
-    with recorded_run(cfg, choices, overrides, world, resumed) as record:
-        if world > 1:
-            signal.signal(signal.SIGTERM, exit_on_sigterm)
-        return rank_main(resolved, record.run_id, None, resume)
-
-
 # What every rank imports (torch, Lightning, the strategies) and what rank 0 records with after
 # training (MLflow, matplotlib): seconds of imports, done once in the fork server.
-PRELOAD = ["runner.training", "runner.report", "mlflow.store.tracking.sqlalchemy_store"]
+PRELOAD = [
+    "runner.training.rank",
+    "runner.training.record",
+    "mlflow.store.tracking.sqlalchemy_store",
+]
 
 
 def start_fork_server() -> None:

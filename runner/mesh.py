@@ -54,12 +54,12 @@ class Mesh:
 
 
 def mesh_of(cfg: DictConfig) -> Mesh:
-    """The mesh of a settled config (see `settle`): every size is a number."""
+    """The mesh of a settled config (see `resolve`): every size is a number."""
     p = cfg.parallel
     return Mesh(pp=p.pp, dp=p.dp, tp=p.tp)
 
 
-def settle(cfg: DictConfig, started: int | None = None) -> Mesh:
+def resolve(cfg: DictConfig, started: int | None = None) -> Mesh:
     """Fill the sizes left null, and `hardware.devices` if null, so that dp x pp x tp = devices x
     nodes; refuse a mesh that cannot match the processes. `started`: the processes torchrun or
     SLURM started, which a null `hardware.devices` then takes."""

@@ -12,34 +12,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from runner.models.registry import SPECS
 
-# --- model: constructor arguments of a plain torch module, built with hydra's instantiate ---
-@dataclass
-class NeuronConfig:
-    _target_: str = "runner.models.neuron.Neuron"
-    n_inputs: int = MISSING
-    activation: str = "sigmoid"  # sigmoid | relu
-
-
-@dataclass
-class FFNNConfig:
-    _target_: str = "runner.models.ffnn.FFNN"
-    in_features: int = MISSING
-    hidden: list[int] = field(default_factory=lambda: [64, 32])
-    out_features: int = MISSING
-    activation: str = "relu"  # relu | sigmoid | tanh
-    output_activation: str = "none"  # none | relu | sigmoid
-
-
-@dataclass
-class DecoderConfig:
-    _target_: str = "runner.models.decoder.Decoder"
-    vocab_size: int = MISSING
-    context_len: int = 64
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 2
-    dropout: float = 0.0
+# --- model: each model's schema lives in its folder (runner/models/<name>/config.py) ---
 
 
 # --- data: where samples come from, how they are batched, and the loss that fits them ---
@@ -209,7 +184,7 @@ class Config:
     trainer: TrainerConfig = MISSING
     logger: LoggerConfig = MISSING
     seed: int = 0
-    mode: str = "train"  # train | example | plan | calibrate | report
+    mode: str = "train"  # one of runner.choices.MODES
     example: ExampleConfig | None = None
     plan: PlanConfig = field(default_factory=PlanConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
@@ -220,7 +195,7 @@ class Config:
 
 
 SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"neuron": NeuronConfig, "ffnn": FFNNConfig, "decoder": DecoderConfig},
+    "model": {name: spec.config for name, spec in SPECS.items()},
     "data": {"tabular": DataConfig, "text": TextDataConfig},
     "parallel": {"parallel": ParallelConfig},
     "hardware": {"hardware": HardwareConfig},

@@ -7,91 +7,22 @@ Each failure is one ConfigError naming the key and what is allowed.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.choices import ACCELERATORS, DTYPES, EXAMPLES, LOSSES, MODES, OPTIMIZERS, TIERS
 from runner.cluster import external_launcher, started_processes, world_size
-from runner.errors import ConfigError, require
-from runner.mesh import Mesh, settle
-from runner.models.sizes import column_row_pairs, param_count, pipeline_layers, stage_layers
+from runner.errors import ConfigError, one_of, positive, require
+from runner.layouts.rules import check_layout
+from runner.mesh import Mesh, resolve
+from runner.models.registry import SPECS, spec_for
+from runner.models.sizes import param_count
 
-ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
-LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
-OPTIMIZERS = ("adamw", "sgd")
-MODES = ("train", "example", "plan", "calibrate", "report")
 PROFILE = ("peak_tflops", "compute_efficiency", "power_w", "intra_node", "inter_node")
 LINK = ("name", "bandwidth_gbs", "latency_us", "efficiency")
-TIERS = ("auto", "intra_node", "inter_node")
-DTYPES = ("fp32", "bf16")
-SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
-MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")
-EXAMPLES = ("neuron", "backprop")
 
 
-__all__ = ["ConfigError", "validate"]
-
-
-def one_of(value: object, key: str, allowed: tuple[str, ...]) -> None:
-    require(value in allowed, key, f"'{value}' is not one of: {', '.join(allowed)}")
-
-
-def positive(cfg: DictConfig, prefix: str, *names: str) -> None:
-    for name in names:
-        value = cfg[name]
-        require(value > 0, f"{prefix}.{name}", f"must be positive, got {value}")
-
-
-def matches_data(value: int, key: str, cfg: DictConfig, data_key: str) -> None:
-    """A vector model's width must be its data's (the worked examples bring their own inputs)."""
-    expected = cfg.data.get(data_key, 0)
-    if cfg.mode == "train" and expected:
-        require(value == expected, key, f"{value} does not match data.{data_key}={expected}")
-
-
-def check_neuron(m: DictConfig, cfg: DictConfig) -> None:
-    positive(m, "model", "n_inputs")
-    one_of(m.activation, "model.activation", ACTIVATIONS[:-1])
-    matches_data(m.n_inputs, "model.n_inputs", cfg, "n_features")
-    matches_data(1, "data.n_outputs", cfg, "n_outputs")  # one neuron, one output
-
-
-def check_ffnn(m: DictConfig, cfg: DictConfig) -> None:
-    positive(m, "model", "in_features", "out_features")
-    for i, width in enumerate(m.hidden):
-        require(width > 0, f"model.hidden[{i}]", f"must be positive, got {width}")
-    one_of(m.activation, "model.activation", ACTIVATIONS)
-    one_of(m.output_activation, "model.output_activation", ACTIVATIONS)
-    matches_data(m.in_features, "model.in_features", cfg, "n_features")
-    matches_data(m.out_features, "model.out_features", cfg, "n_outputs")
-
-
-def check_decoder(m: DictConfig, cfg: DictConfig) -> None:
-    positive(m, "model", "vocab_size", "context_len", "d_model", "n_heads", "n_layers")
-    require(
-        m.d_model % m.n_heads == 0,
-        "model.d_model",
-        f"{m.d_model} must be divisible by model.n_heads={m.n_heads}",
-    )
-    require(
-        m.d_model % 2 == 0, "model.d_model", f"must be even for sin/cos positions, got {m.d_model}"
-    )
-    require(0 <= m.dropout < 1, "model.dropout", f"must be in [0, 1), got {m.dropout}")
-    matches_data(m.vocab_size, "model.vocab_size", cfg, "vocab_size")
-    seq_len = cfg.data.get("seq_len")
-    if seq_len is not None:
-        require(
-            0 < seq_len <= m.context_len,
-            "data.seq_len",
-            f"must be in 1..model.context_len={m.context_len}, got {seq_len}",
-        )
-
-
-MODEL_CHECKS: dict[str, Callable[[DictConfig, DictConfig], None]] = {
-    "runner.models.neuron.Neuron": check_neuron,
-    "runner.models.ffnn.FFNN": check_ffnn,
-    "runner.models.decoder.Decoder": check_decoder,
-}
+__all__ = ["ConfigError", "check", "validate"]
 
 
 def output_activation(m: DictConfig) -> str | None:
@@ -168,7 +99,7 @@ def check_layer_fits(cfg: DictConfig) -> None:
 
 def check_hardware(cfg: DictConfig) -> None:
     positive(cfg.hardware, "hardware", "nodes")
-    one_of(cfg.hardware.accelerator, "hardware.accelerator", ("cpu", "gpu"))
+    one_of(cfg.hardware.accelerator, "hardware.accelerator", ACCELERATORS)
     threads = cfg.hardware.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
     if cfg.hardware.accelerator == "gpu" and cfg.mode == "train":
@@ -216,107 +147,15 @@ def check_profile(hw: DictConfig) -> None:
 def check_plan(cfg: DictConfig) -> None:
     p = cfg.plan
     require(
-        param_count(cfg.model) is not None,
+        spec_for(cfg.model) is not None,
         "model",
-        "the planner sizes the runner's own models only (neuron, ffnn, decoder, gpt3_175b)",
+        f"the planner sizes the models of runner/models/ only ({', '.join(SPECS)})",
     )
     one_of(p.dtype, "plan.dtype", DTYPES)
     require(p.dtype in cfg.hardware.peak_tflops, "hardware.peak_tflops", f"has no {p.dtype} figure")
     require(p.hours is None or p.tokens is None, "plan.hours", "give plan.hours or plan.tokens")
     for key in ("hours", "tokens"):
         require(p[key] is None or p[key] > 0, f"plan.{key}", f"must be positive, got {p[key]}")
-
-
-def check_layout(cfg: DictConfig) -> None:
-    devices = cfg.hardware.devices
-    require(devices is None or devices > 0, "hardware.devices", "must be positive or null")
-    started = started_processes() if external_launcher() else None
-    mesh = settle(cfg, started)  # fills the sizes left null; refuses dp x pp x tp != processes
-    if mesh.dp > 1:
-        require(
-            cfg.data.batch_size % mesh.dp == 0,
-            "data.batch_size",
-            f"{cfg.data.batch_size} does not split into {mesh.dp} data-parallel shards",
-        )
-        cap = cfg.parallel.bucket_cap_mb
-        require(cap is None or cap > 0, "parallel.bucket_cap_mb", "must be positive, or null")
-    if mesh.pp > 1:
-        check_pipeline(cfg, mesh)
-    if mesh.tp > 1:
-        check_tensor(cfg, mesh)
-
-
-def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
-    p = cfg.parallel
-    one_of(p.schedule, "parallel.schedule", SCHEDULES)
-    positive(p, "parallel", "microbatches", "virtual_stages")
-    shard = cfg.data.batch_size // mesh.dp
-    require(
-        shard % p.microbatches == 0,
-        "parallel.microbatches",
-        f"a batch of {shard} per data-parallel replica does not split into {p.microbatches} "
-        "micro-batches",
-    )
-    require(
-        p.schedule != "1f1b" or p.microbatches >= mesh.pp,
-        "parallel.microbatches",
-        f"1f1b needs at least one micro-batch per stage ({mesh.pp}), got {p.microbatches}; "
-        "schedule=gpipe runs any number (1 is plain model parallelism)",
-    )
-    rounds = max(1, p.microbatches // mesh.pp)  # interleaved schedules run micro-batches in rounds
-    require(
-        p.schedule not in MULTI_STAGE or p.microbatches % rounds == 0,
-        "parallel.microbatches",
-        f"{p.schedule} runs micro-batches in rounds of parallel.pp={mesh.pp}: {p.microbatches} "
-        f"is not a multiple of its {rounds} rounds; try {rounds * mesh.pp}",
-    )
-    require(
-        p.virtual_stages == 1 or p.schedule in MULTI_STAGE,
-        "parallel.virtual_stages",
-        f"{p.schedule} runs one stage per device; virtual stages need {' or '.join(MULTI_STAGE)}",
-    )
-    stages, layers = mesh.pp * p.virtual_stages, pipeline_layers(cfg.model)
-    require(
-        stages <= layers,
-        "parallel.pp",
-        f"{stages} pipeline stages (parallel.pp x virtual stages) for a model of {layers} layer(s)",
-    )
-    if p.split is not None:
-        require(
-            len(p.split) == stages and min(p.split) > 0 and sum(p.split) == layers,
-            "parallel.split",
-            f"needs {stages} positive layer counts summing to {layers}, got {list(p.split)}",
-        )
-
-
-def check_tensor(cfg: DictConfig, mesh: Mesh) -> None:
-    """Every split layer must split evenly: heads, FFN width, the FFNN's paired widths."""
-    m, tp = cfg.model, mesh.tp
-    target = m.get("_target_", "")
-    if target.endswith("Decoder"):
-        require(
-            m.n_heads % tp == 0, "model.n_heads", f"{m.n_heads} heads do not split into tp={tp}"
-        )
-        require(
-            4 * m.d_model % tp == 0,
-            "model.d_model",
-            f"the FFN's width 4 x {m.d_model} does not split into tp={tp}",
-        )
-        return
-    require(
-        target.endswith("FFNN"),
-        "parallel.tp",
-        "tensor parallelism splits model=ffnn or model=decoder; this model has no layer to split",
-    )
-    pairs = [pair for stage in stage_layers(m, cfg.parallel) for pair in column_row_pairs(stage)]
-    require(
-        bool(pairs),
-        "parallel.tp",
-        "no pipeline stage holds two Linear layers to split as a column/row pair",
-    )
-    for column, _ in pairs:
-        width = m.hidden[column]
-        require(width % tp == 0, f"model.hidden[{column}]", f"{width} does not split into tp={tp}")
 
 
 def check_launch(cfg: DictConfig) -> None:
@@ -391,15 +230,25 @@ def check_example(cfg: DictConfig) -> None:
     one_of(cfg.example.name, "example.name", EXAMPLES)
 
 
-def validate(cfg: DictConfig) -> None:
+def validate(cfg: DictConfig) -> Mesh:
+    """Resolve the mesh (an explicit step: it fills hardware.devices and the sizes left null),
+    then check everything against it."""
     one_of(cfg.mode, "mode", MODES)
     check_hardware(cfg)  # the devices asked for exist here
-    check_layout(cfg)  # the mesh says how much of the model each device holds
+    devices = cfg.hardware.devices
+    require(devices is None or devices > 0, "hardware.devices", "must be positive or null")
+    mesh = resolve(cfg, started_processes() if external_launcher() else None)
+    check(cfg, mesh)
+    return mesh
+
+
+def check(cfg: DictConfig, mesh: Mesh) -> None:
+    check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
     if cfg.mode == "train":
         check_fits(cfg)  # then: nothing else matters for a model too large to train
-    check = MODEL_CHECKS.get(cfg.model.get("_target_", ""))
-    if check is not None:
-        check(cfg.model, cfg)
+    spec = spec_for(cfg.model)
+    if spec is not None:
+        spec.check(cfg.model, cfg.data, cfg.mode == "train")
     check_data(cfg)
     check_trainer(cfg.trainer)
     check_profile(cfg.hardware)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from runner import training
+from runner.training import rank as training
 from tests.conftest import compose_job
 
 # In a fresh process (glibc adapts its thresholds to what it has seen freed): where a 2 MiB block

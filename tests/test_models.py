@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from runner.models import sizes
-from runner.models.decoder import Decoder, sinusoidal_positions
-from runner.models.ffnn import FFNN
-from runner.models.neuron import Neuron
-from runner.plan import built_sizes
+from runner.models.decoder.model import Decoder, sinusoidal_positions
+from runner.models.ffnn.model import FFNN
+from runner.models.neuron.model import Neuron
+from runner.models.registry import SPECS
+from runner.modes.plan import built_sizes
 from tests.conftest import compose_job
 
 
@@ -32,7 +32,7 @@ def test_ffnn_widths_and_activations() -> None:
     shapes = [tuple(m.weight.shape) for m in net.modules() if isinstance(m, nn.Linear)]
     assert shapes == [(8, 4), (6, 8), (3, 6)]
     assert isinstance(net.layers[-1], nn.Sigmoid)
-    assert n_params(net) == sizes.ffnn_params(
+    assert n_params(net) == SPECS["ffnn"].params(
         {"in_features": 4, "hidden": [8, 6], "out_features": 3}
     )
 
@@ -74,12 +74,12 @@ def test_decoder_output_layer_is_the_tied_embedding() -> None:
 def test_size_formulas_match_the_built_module(preset: str) -> None:
     cfg, _ = compose_job(f"model={preset}")
     # GPT-3 is only ever built here, on the meta device; every parameter falls in a component.
-    assert built_sizes(cfg.model) == sizes.decoder_params(cfg.model)
+    assert built_sizes(cfg.model) == SPECS["decoder"].params_by_component(cfg.model)
 
 
 def test_gpt3_has_the_seeds_sizes() -> None:
     cfg, _ = compose_job("model=gpt3_175b")
-    parts = sizes.decoder_params(cfg.model)
+    parts = SPECS["decoder"].params_by_component(cfg.model)
     assert parts["embedding"] == 614_400_000  # 50,000 x 12,288
     assert parts["attention"] / 96 == pytest.approx(604e6, rel=0.01)
     assert parts["ffn"] / 96 == pytest.approx(1208e6, rel=0.01)

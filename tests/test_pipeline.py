@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from runner import validate
+from runner import choices, validate
 from tests.conftest import (
     QUICK,
     all_runs,
@@ -60,7 +60,7 @@ def test_every_schedule_equals_the_single_process_run(
         forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
         run_every_schedule(tmp_path, store, *job, *layout, "resume=auto")
     runs = [r for r in all_runs(store) if r.data.tags.get("parallel") == "pipeline"]
-    assert sorted(r.data.params["parallel.schedule"] for r in runs) == sorted(validate.SCHEDULES)
+    assert sorted(r.data.params["parallel.schedule"] for r in runs) == sorted(choices.SCHEDULES)
     for run in runs:
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), run.info.run_name

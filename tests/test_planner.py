@@ -144,8 +144,8 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(store: s
 def test_calibrate_measures_this_host_into_a_usable_profile(
     store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner import calibrate
     from runner.app import run_job
+    from runner.modes import calibrate
 
     monkeypatch.setattr(calibrate, "PROFILE", tmp_path / "calibrated.yaml")
     monkeypatch.setattr(calibrate, "SIZES", [2**12, 2**16, 2**20])
@@ -208,12 +208,12 @@ def built_tensors(model_cfg) -> list:
 
 @pytest.mark.parametrize("preset", ["decoder", "gpt3_175b", "ffnn", "neuron"])
 def test_the_tensor_sizes_are_the_built_modules(preset: str) -> None:
+    from runner.models.registry import spec_for
     from runner.models.sizes import stage_layers
-    from runner.planner.traffic import stage_tensors
 
     cfg, _ = compose_job(f"model={preset}")
     (layers,) = stage_layers(cfg.model, cfg.parallel)
-    sizes = stage_tensors(cfg.model, layers, True, 1)
+    sizes = spec_for(cfg.model).stage_tensors(cfg.model, layers, True, 1)
     assert sizes == [p.numel() for p in built_tensors(cfg.model)]
 
 
@@ -227,7 +227,7 @@ def test_all_reduce_calls_are_ddps_buckets(preset: str, cap_mb: float | None) ->
     import torch.distributed as dist
     from torch.nn.parallel.distributed import _BucketCapacityConfig
 
-    from runner.planner.traffic import bucket_count
+    from runner.layouts.data.traffic import bucket_count
 
     cfg, _ = compose_job(f"model={preset}")
     tensors = built_tensors(cfg.model)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from runner.callbacks.rank_timing import Step, combine
-from runner.training import set_process
+from runner.training.callbacks.rank_timing import Step, combine
+from runner.training.rank import set_process
 from tests.conftest import compose_job
 
 

@@ -11,8 +11,8 @@ import yaml
 from mlflow import MlflowClient
 
 from runner.app import run_job
-from runner.lit_module import TrainModule
-from runner.training import sigterm_deferred
+from runner.training.module import TrainModule
+from runner.training.rank import sigterm_deferred
 from tests.conftest import QUICK, all_runs, compose_job, loss_series, train
 
 STEPS = {"neuron": 40, "ffnn": 40, "decoder": 30}

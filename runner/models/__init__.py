@@ -1,1 +1,2 @@
-"""Plain torch modules, free of parallel code: layouts in runner.parallel take them as they are."""
+"""Models: a folder each (model.py, config.py, spec.py), listed once in registry.py. The modules are
+plain torch, free of parallel code: the layouts (runner/layouts/) split them as their specs say."""

@@ -1,6 +1,6 @@
 """The planner: a job's traffic, time, memory, energy and cost from formulas and a hardware
 profile, without running it. Training runs log its predictions as `pred/...` beside what they
-measure; `mode=plan` prints them for jobs too large to run (runner/plan.py).
+measure; `mode=plan` prints them for jobs too large to run (runner/modes/plan.py).
 """
 
 from __future__ import annotations
@@ -9,27 +9,24 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from runner.layouts import traffic
+from runner.layouts.pipeline.traffic import pipeline_bubble
+from runner.layouts.traffic import FP32_BYTES, ring_allreduce_bytes
 from runner.mesh import mesh_of
+from runner.models.registry import spec_for
 from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share
 from runner.planner.memory import DTYPE_BYTES, memory_per_device_gib
-from runner.planner.timing import (
-    model_flops_per_step,
-    pipeline_bubble,
-    step_time,
-    tokens_per_sample,
-)
-from runner.planner.traffic import (
-    FP32_BYTES,
-    ring_allreduce_bytes,
-    traffic,
-)
+from runner.planner.timing import model_flops_per_step, step_time, tokens_per_sample
 
 __all__ = ["plan", "predict", "ring_allreduce_bytes"]
 
 
 def predict(cfg: DictConfig, world: int) -> dict[str, float]:
-    """`pred/...` for every figure a training run measures (fp32, as the runner trains)."""
+    """`pred/...` for every figure a training run measures (fp32, as the runner trains); none
+    for a model the registry does not know."""
+    if spec_for(cfg.model) is None:
+        return {}
     mesh, moved = mesh_of(cfg), traffic(cfg, FP32_BYTES)
     time = step_time(cfg, moved)
     out = {"pred/step_time_s": time.total_s}

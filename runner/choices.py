@@ -1,0 +1,17 @@
+"""One list of each choice a config can make, for the schema's comments, validation and the code.
+
+Torch-free: validation reads these before anything heavy is imported. The code's tables are keyed
+by these very names (runner/models/activations.py, runner/losses.py, runner/training/module.py,
+runner/layouts/pipeline/schedules.py), and a test checks each table covers its list.
+"""
+
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")
+LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
+OPTIMIZERS = ("adamw", "sgd")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # schedules that drive several stages per rank
+MODES = ("train", "example", "plan", "calibrate", "report")
+DTYPES = ("fp32", "bf16")
+EXAMPLES = ("neuron", "backprop")
+ACCELERATORS = ("cpu", "gpu")
+TIERS = ("auto", "intra_node", "inter_node")

@@ -1,0 +1,64 @@
+"""Parallel layouts: each takes the plain model as it is and decides how it runs on many devices.
+
+A layout is one folder: its Lightning strategy, the probe that measures what it runs, and the
+traffic the planner predicts for it. The device mesh (runner/mesh.py) says which runs: data-
+parallel replicas only is Lightning's DDP (data/); any tensor-parallel split is the mesh strategy
+(tensor/); any pipeline is the pipeline strategy (pipeline/), which also splits its stages over tp
+and replicates them over dp. This module stays torch-free: the planner imports it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from omegaconf import DictConfig
+
+from runner.layouts.data import traffic as data_traffic
+from runner.layouts.pipeline import traffic as pipeline_traffic
+from runner.layouts.tensor import traffic as tensor_traffic
+from runner.layouts.traffic import FP32_BYTES, Traffic
+from runner.mesh import mesh_of
+from runner.models.registry import spec_for
+from runner.models.sizes import stage_layers
+
+TRAFFIC = (data_traffic.traffic, tensor_traffic.traffic, pipeline_traffic.traffic)
+
+
+def traffic(cfg: DictConfig, elem: int = FP32_BYTES) -> Traffic:
+    """Every dimension's traffic for the config's mesh; `elem`: bytes per element."""
+    mesh, stages, spec = mesh_of(cfg), stage_layers(cfg.model, cfg.parallel), spec_for(cfg.model)
+    out = Traffic()
+    for part in TRAFFIC:
+        found = part(cfg, spec, mesh, stages, elem)
+        out.payload |= found.payload
+        out.calls |= found.calls
+    return out
+
+
+def backend(cfg: DictConfig) -> str:
+    return "nccl" if cfg.hardware.accelerator == "gpu" else "gloo"
+
+
+def timeout(cfg: DictConfig) -> timedelta:
+    return timedelta(seconds=cfg.dist.timeout_s)
+
+
+def data_shard(cfg: DictConfig, rank: int) -> tuple[int, int]:
+    """This rank's data-parallel index and count: only data-parallel ranks see different data."""
+    mesh = mesh_of(cfg)
+    return mesh.coords(rank)["dp"], mesh.dp
+
+
+def strategy(cfg: DictConfig) -> Any:
+    """The Lightning strategy of the config's layout ("auto": one device, no layout)."""
+    mesh = mesh_of(cfg)
+    if mesh.world == 1:
+        return "auto"  # any layout on one device is the plain single-device run
+    if mesh.pp > 1:
+        from runner.layouts.pipeline.strategy import strategy as make
+    elif mesh.tp > 1:
+        from runner.layouts.tensor.strategy import strategy as make
+    else:
+        from runner.layouts.data.strategy import strategy as make
+    return make(cfg, mesh)

@@ -1,0 +1,19 @@
+"""Data parallelism through Lightning's DDP: whole model per rank, gradients all-reduced."""
+
+from omegaconf import DictConfig
+from pytorch_lightning.strategies import DDPStrategy
+
+from runner.layouts import backend, timeout
+from runner.mesh import Mesh
+
+
+def strategy(cfg: DictConfig, mesh: Mesh) -> DDPStrategy:
+    return DDPStrategy(
+        process_group_backend=backend(cfg),
+        timeout=timeout(cfg),
+        bucket_cap_mb=cfg.parallel.bucket_cap_mb,
+        # Buffers (the decoder's fixed positions) are equal on every rank: no broadcast per step.
+        broadcast_buffers=False,
+        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        start_method="popen",
+    )

@@ -1,0 +1,41 @@
+"""Data parallelism's traffic: every gradient a rank holds is all-reduced once per step, one call
+per DDP bucket."""
+
+from __future__ import annotations
+
+from statistics import fmean
+
+from omegaconf import DictConfig
+
+from runner.layouts.traffic import Traffic
+from runner.mesh import Mesh
+from runner.models.spec import ModelSpec
+
+
+def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
+    """DDP's all-reduce calls a step. Gradients fill buckets in reverse module order (about the
+    order backward makes them), and a bucket closes at the first tensor that takes it to its
+    limit (torch's _compute_bucket_assignment_by_size): by default 1 MiB for the first bucket and
+    25 MiB after it; a size that is set, for every bucket. A tensor over the limit is a bucket."""
+    limits = [cap_mb * 2**20] if cap_mb is not None else [2**20, 25 * 2**20]
+    closed, filled = 0, 0
+    for size in reversed(tensor_bytes):
+        filled += size
+        if filled >= limits[min(closed, len(limits) - 1)]:
+            closed, filled = closed + 1, 0
+    return closed + bool(filled)
+
+
+def traffic(
+    cfg: DictConfig, spec: ModelSpec, mesh: Mesh, stages: list[range], elem: int
+) -> Traffic:
+    if mesh.dp < 2:
+        return Traffic()
+    last = len(stages) - 1
+    per_stage = [
+        spec.stage_tensors(cfg.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)
+    ]
+    payload = sum(sum(t) for t in per_stage) * elem / mesh.pp  # every gradient a rank holds, once
+    cap = cfg.parallel.bucket_cap_mb
+    calls = fmean(bucket_count([n * elem for n in t], cap) for t in per_stage)
+    return Traffic({"dp": payload}, {"dp": calls})

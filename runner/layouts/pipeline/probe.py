@@ -1,0 +1,77 @@
+"""Every schedule action of torch.distributed.pipelining, timed on this rank, and the bytes sent.
+
+Wraps what really runs: each stage's forward, backward and weight-gradient work per micro-batch,
+and the schedule module's batched P2P calls (bytes of every send) and waits (time blocked).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from runner.compat.pipelining import wrap_p2p
+
+COMPUTE = {"forward_one_chunk": "F", "backward_one_chunk": "B", "backward_weight_one_chunk": "W"}
+
+
+class PipelineTrace:
+    def __init__(self) -> None:
+        self.actions: list[tuple[str, float, float, int]] = []  # kind, start, end, micro-batch
+        self.sent_bytes = 0
+
+    def instrument(self, stages: list[Any]) -> None:
+        for stage in stages:
+            for method, kind in COMPUTE.items():
+                setattr(stage, method, self._timed(getattr(stage, method), kind, stage.stage_index))
+        _install(self)
+
+    def _timed(self, fn: Callable, kind: str, stage: int) -> Callable:
+        @functools.wraps(fn)
+        def timed(chunk: int, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            out = fn(chunk, *args, **kwargs)
+            self.actions.append((f"{kind}{stage}", start, time.perf_counter(), chunk))
+            return out
+
+        return timed
+
+    def take(self) -> tuple[list[tuple[str, float, float, int]], int]:
+        """This step's actions and bytes sent, and a fresh start for the next step."""
+        taken = self.actions, self.sent_bytes
+        self.actions, self.sent_bytes = [], 0
+        return taken
+
+
+_active: list[PipelineTrace] = []
+
+
+def _install(trace: PipelineTrace) -> None:
+    """Route the schedule module's P2P calls through this rank's trace (once per process)."""
+    if not _active:
+        wrap_p2p(_counting, _waiting)
+    _active[:] = [trace]
+
+
+def _counting(batch_p2p: Callable) -> Callable:
+    @functools.wraps(batch_p2p)
+    def counting(ops: list[dist.P2POp], *args: Any, **kwargs: Any) -> Any:
+        sends = (op.tensor for op in ops if op.op is dist.isend)
+        _active[0].sent_bytes += sum(t.numel() * t.element_size() for t in sends)
+        return batch_p2p(ops, *args, **kwargs)
+
+    return counting
+
+
+def _waiting(wait: Callable) -> Callable:
+    @functools.wraps(wait)
+    def waiting(works: Any) -> Any:
+        start = time.perf_counter()
+        out = wait(works)
+        _active[0].actions.append(("wait", start, time.perf_counter(), -1))
+        return out
+
+    return waiting

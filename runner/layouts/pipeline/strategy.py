@@ -1,0 +1,168 @@
+"""A Lightning strategy for pipeline parallelism, driving torch.distributed.pipelining.
+
+Lightning has none. This one reuses the mesh strategy's process group and device mesh but, where
+DDP would wrap the model, splits it into this rank's stages (each split over the mesh's tp
+dimension, and wrapped in DDP over its dp dimension, where those have more than one rank) and
+builds the schedule over the pp dimension; each training step is then one `schedule.step` over the
+micro-batches and one optimizer step. The LightningModule stays as it is: the strategy switches it
+to manual optimization and runs the step itself.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig
+from torch import nn
+from torch.distributed.pipelining import PipelineStage
+
+from runner.choices import MULTI_STAGE
+from runner.layouts import backend, timeout
+from runner.layouts.pipeline.probe import PipelineTrace
+from runner.layouts.pipeline.stages import SCHEDULES, stage_examples, stage_module, stages_of
+from runner.layouts.tensor.strategy import MeshStrategy
+from runner.mesh import Mesh
+from runner.models.registry import spec_for
+from runner.models.sizes import stage_layers
+from runner.models.spec import ModelSpec
+
+
+class PipelineStrategy(MeshStrategy):
+    strategy_name = "pipeline"
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        schedule: str,
+        microbatches: int,
+        split: list[int],
+        virtual: int,
+        microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
+        **kw: Any,
+    ):
+        super().__init__(parallelize=spec.parallelize, **kw)
+        self.spec = spec
+        self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
+        self.split, self.virtual = split, virtual
+        self.trace = PipelineTrace()
+        self.step_record: dict[str, Any] = {}  # the last step's timeline, for RankTiming
+
+    # --- where DDP would wrap the model: split it and build the schedule ---
+    def configure_ddp(self) -> None:
+        module = self.lightning_module
+        module.automatic_optimization = False  # the schedule runs forward and backward
+        full, n_stages, pp = module.model, len(self.split), self.shape.pp
+        self.stage_ids = stages_of(self.coords["pp"], pp, self.virtual)
+        parts = [
+            self.split_layers(stage_module(self.spec, full, s, self.split)) for s in self.stage_ids
+        ]
+        pairs = zip(parts, self.stage_ids, strict=True)
+        self.stages = [self._stage(full, part, s) for part, s in pairs]
+        module.model = nn.ModuleList(parts)  # this rank's parameters only: its optimizer's
+        self.trace.instrument(self.stages)
+        multi = self.schedule_name in MULTI_STAGE
+        self.schedule = SCHEDULES[self.schedule_name](
+            self.stages if multi else self.stages[0],
+            n_microbatches=self.microbatches,
+            loss_fn=module.loss_fn,
+        )
+        self.first, self.last = 0 in self.stage_ids, n_stages - 1 in self.stage_ids
+        self.last_pp = (n_stages - 1) % pp  # the pp index of the rank holding the last stage
+        self.tied = self._tied_group() if self.spec.tied_ends else None
+
+    def _stage(self, full: nn.Module, part: nn.Module, index: int) -> PipelineStage:
+        """One stage over the pp dimension, its inputs' and outputs' shapes given up front."""
+        return PipelineStage(
+            self.replicate(part),
+            index,
+            len(self.split),
+            self.root_device,
+            *stage_examples(self.spec, full, index, self.split, *self.microbatch),
+            group=self.device_mesh["pp"].get_group(),
+        )
+
+    def _tied_group(self) -> dist.ProcessGroup | None:
+        """A model whose first and last layers share a weight (the decoder's embedding is its
+        output layer): the first and last stage each hold a copy and sum their gradients every
+        step (Megatron's embedding all-reduce), one group per (dp, tp) position. Every rank takes
+        part in creating every group."""
+        mine = None
+        for dp in range(self.shape.dp):
+            for tp in range(self.shape.tp):
+                ends = [self.shape.rank(0, dp, tp), self.shape.rank(self.last_pp, dp, tp)]
+                group = dist.new_group(ends)
+                if self.global_rank in ends:
+                    mine = group
+        return mine
+
+    def _run_schedule(self, batch: Any, train: bool) -> torch.Tensor:
+        x, y = batch
+        losses: list[torch.Tensor] = []
+        args = (x,) if self.first else ()
+        kwargs = {"target": y, "losses": losses} if self.last else {}
+        (self.schedule.step if train else self.schedule.eval)(*args, **kwargs)
+        return torch.stack(losses).mean() if losses else torch.zeros((), device=self.root_device)
+
+    def _sync_tied_embedding(self) -> list[tuple[float, float]]:
+        if self.tied is None:
+            return []
+        part = self.lightning_module.model[0 if self.first else -1]
+        start = time.perf_counter()
+        dist.all_reduce(self.spec.tied_weight(part).grad, group=self.tied)
+        return [(start, time.perf_counter())]
+
+    def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, tuple[float, float]]:
+        """Only the last stage computes the loss; every rank gets it (rank 0 logs it)."""
+        start = time.perf_counter()
+        c = self.coords
+        src = self.shape.rank(self.last_pp, c["dp"], c["tp"])
+        dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
+        return loss, (start, time.perf_counter())
+
+    def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        optimizer = self.lightning_module.optimizers()  # Lightning's wrapper counts the step
+        optimizer.zero_grad()
+        start = time.perf_counter()
+        loss = self._run_schedule(args[0], train=True)
+        syncs = self._sync_tied_embedding()
+        window_end = time.perf_counter()
+        optimizer.step()
+        optimizer_end = time.perf_counter()
+        loss, broadcast = self._from_last_stage(loss)
+        actions, sent = self.trace.take()
+        self.step_record = {
+            "window": (start, window_end),
+            "optimizer": (window_end, optimizer_end),
+            "actions": actions,
+            "sent_bytes": sent,
+            "syncs": [*syncs, broadcast],
+        }
+        # With data-parallel replicas, the mean of theirs: the loss of the global batch.
+        self.lightning_module.log("train_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)
+        return loss
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> None:
+        loss, _ = self._from_last_stage(self._run_schedule(args[0], train=False))
+        self.trace.take()  # evaluation is not part of any training step's timeline
+        self.lightning_module.log("val_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)
+
+
+def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
+    p = cfg.parallel
+    split = [len(layers) for layers in stage_layers(cfg.model, p)]
+    microbatch = cfg.data.batch_size // (mesh.dp * p.microbatches)
+    return PipelineStrategy(
+        spec_for(cfg.model),
+        p.schedule,
+        p.microbatches,
+        split,
+        p.virtual_stages,
+        (microbatch, cfg.data.get("seq_len", 0)),
+        shape=mesh,
+        bucket_cap_mb=p.bucket_cap_mb,
+        process_group_backend=backend(cfg),
+        timeout=timeout(cfg),
+    )

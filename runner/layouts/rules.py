@@ -1,0 +1,81 @@
+"""Each layout's rules for a resolved mesh: what its size asks of the batch, the schedule and the
+model's layers (the model's spec says how its layers split). Torch-free."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from runner.choices import MULTI_STAGE, SCHEDULES
+from runner.errors import one_of, positive, require
+from runner.mesh import Mesh
+from runner.models.registry import spec_for
+from runner.models.sizes import pipeline_layers, stage_layers
+
+
+def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
+    if mesh.dp > 1:
+        check_data(cfg, mesh)
+    if mesh.pp > 1:
+        check_pipeline(cfg, mesh)
+    if mesh.tp > 1:
+        check_tensor(cfg, mesh)
+
+
+def check_data(cfg: DictConfig, mesh: Mesh) -> None:
+    require(
+        cfg.data.batch_size % mesh.dp == 0,
+        "data.batch_size",
+        f"{cfg.data.batch_size} does not split into {mesh.dp} data-parallel shards",
+    )
+    cap = cfg.parallel.bucket_cap_mb
+    require(cap is None or cap > 0, "parallel.bucket_cap_mb", "must be positive, or null")
+
+
+def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
+    p = cfg.parallel
+    one_of(p.schedule, "parallel.schedule", SCHEDULES)
+    positive(p, "parallel", "microbatches", "virtual_stages")
+    shard = cfg.data.batch_size // mesh.dp
+    require(
+        shard % p.microbatches == 0,
+        "parallel.microbatches",
+        f"a batch of {shard} per data-parallel replica does not split into {p.microbatches} "
+        "micro-batches",
+    )
+    require(
+        p.schedule != "1f1b" or p.microbatches >= mesh.pp,
+        "parallel.microbatches",
+        f"1f1b needs at least one micro-batch per stage ({mesh.pp}), got {p.microbatches}; "
+        "schedule=gpipe runs any number (1 is plain model parallelism)",
+    )
+    rounds = max(1, p.microbatches // mesh.pp)  # interleaved schedules run micro-batches in rounds
+    require(
+        p.schedule not in MULTI_STAGE or p.microbatches % rounds == 0,
+        "parallel.microbatches",
+        f"{p.schedule} runs micro-batches in rounds of parallel.pp={mesh.pp}: {p.microbatches} "
+        f"is not a multiple of its {rounds} rounds; try {rounds * mesh.pp}",
+    )
+    require(
+        p.virtual_stages == 1 or p.schedule in MULTI_STAGE,
+        "parallel.virtual_stages",
+        f"{p.schedule} runs one stage per device; virtual stages need {' or '.join(MULTI_STAGE)}",
+    )
+    stages, layers = mesh.pp * p.virtual_stages, pipeline_layers(cfg.model)
+    require(
+        stages <= layers,
+        "parallel.pp",
+        f"{stages} pipeline stages (parallel.pp x virtual stages) for a model of {layers} layer(s)",
+    )
+    if p.split is not None:
+        require(
+            len(p.split) == stages and min(p.split) > 0 and sum(p.split) == layers,
+            "parallel.split",
+            f"needs {stages} positive layer counts summing to {layers}, got {list(p.split)}",
+        )
+
+
+def check_tensor(cfg: DictConfig, mesh: Mesh) -> None:
+    """Every split layer must split evenly: the model's spec says which layers split."""
+    spec = spec_for(cfg.model)
+    require(spec is not None, "parallel.tp", "this model has no tensor-parallel plan")
+    spec.check_tensor(cfg.model, mesh.tp, stage_layers(cfg.model, cfg.parallel))

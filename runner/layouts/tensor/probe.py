@@ -1,0 +1,69 @@
+"""Every collective DTensor runs, timed, with its payload: tensor parallelism's communication.
+
+DTensor sums partial results and gathers shards through torch's functional collectives, called by
+module attribute (`funcol.all_reduce(...)`), in forward and in backward alike. Wrapping those
+functions sees every one that really runs. Each call is waited for at once: the layer needs its
+result before it can go on, so this moves no waiting, and the span is the time the rank was blocked.
+Payload S as nccl-tests names it: the input of an all-reduce or reduce-scatter, the output of an
+all-gather.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from runner.compat.collectives import async_tensor_type, wrap_functional
+
+Recorder = Callable[[str, float, float, int], None]  # kind, start, end, payload bytes
+
+# function name -> (the timeline's name, does the payload count the output rather than the input).
+# Their deprecated aliases call these by module attribute: wrapping them too would count twice.
+WRAPPED = {
+    "all_reduce": ("tp all-reduce", False),
+    "all_gather_single": ("tp all-gather", True),
+    "reduce_scatter_single": ("tp reduce-scatter", False),
+}
+_recorders: list[Recorder] = []
+
+
+def install(record: Recorder) -> None:
+    """Route DTensor's collectives to `record` (the wrapping happens once per process)."""
+    if not _recorders:
+        wrap_functional({name: _timing(kind, output) for name, (kind, output) in WRAPPED.items()})
+    _recorders[:] = [record]
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _settle(t: torch.Tensor) -> None:
+    """On a GPU, waiting only orders the stream: the host must wait for the kernels to time them."""
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
+def _timing(kind: str, output: bool) -> Callable[[Callable], Callable]:
+    return lambda collective: _timed(collective, kind, output)
+
+
+def _timed(collective: Callable, kind: str, output: bool) -> Callable:
+    waitable = async_tensor_type()
+
+    @functools.wraps(collective)
+    def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        _settle(tensor)
+        start = time.perf_counter()
+        out = collective(tensor, *args, **kwargs)
+        if isinstance(out, waitable):
+            out = out.wait()
+        _settle(out)
+        _recorders[0](kind, start, time.perf_counter(), _nbytes(out if output else tensor))
+        return out
+
+    return timed

@@ -1,0 +1,104 @@
+"""A Lightning strategy for a (pp, dp, tp) device mesh: tensor parallelism, alone or with data
+parallelism (and the base of the pipeline strategy, which adds the stages).
+
+It reuses DDPStrategy's process group, ranks and reductions. Where DDP would wrap the whole
+LightningModule, it splits the plain model over the mesh's tp dimension (the model spec's plan)
+and, for several data-parallel replicas, wraps it in DDP over the mesh's dp dimension only: DDP
+averages gradients between replicas, never between the shards of one layer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
+from pytorch_lightning.strategies import DDPStrategy
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.nn.parallel import DistributedDataParallel
+
+from runner.layouts import backend, timeout
+from runner.mesh import DIMS, Mesh
+from runner.models.registry import spec_for
+
+
+class MeshStrategy(DDPStrategy):
+    strategy_name = "mesh"
+
+    def __init__(
+        self,
+        shape: Mesh,
+        parallelize: Callable[[nn.Module, DeviceMesh], nn.Module],
+        bucket_cap_mb: float | None = None,
+        **kw: Any,
+    ) -> None:
+        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        super().__init__(start_method="popen", **kw)
+        self.shape, self.bucket_cap_mb = shape, bucket_cap_mb
+        self.parallelize = parallelize  # the model's tensor-parallel plan
+        self.device_mesh: DeviceMesh | None = None
+        self.replicas: list[DistributedDataParallel] = []  # for the timing callback's hooks
+        # (owner module, attribute, local shard) of every tensor-parallel parameter that DDP
+        # turned into a plain local tensor: snapshots show them as DTensors (runner.snapshots).
+        self.localized: list[tuple[nn.Module, str, nn.Parameter]] = []
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return self.shape.coords(self.global_rank)
+
+    def setup_distributed(self) -> None:
+        super().setup_distributed()
+        self.device_mesh = init_device_mesh(
+            self.root_device.type, self.shape.shape, mesh_dim_names=DIMS
+        )
+
+    def split_layers(self, module: nn.Module) -> nn.Module:
+        return self.parallelize(module, self.device_mesh["tp"]) if self.shape.tp > 1 else module
+
+    def replicate(self, module: nn.Module) -> nn.Module:
+        """DDP over the data-parallel dimension; the module itself with one replica."""
+        if self.shape.dp == 1:
+            return module
+        gpu = self.root_device.type == "cuda"
+        replica = DistributedDataParallel(
+            module,
+            device_ids=[self.root_device.index] if gpu else None,
+            device_mesh=self.device_mesh["dp"],
+            bucket_cap_mb=self.bucket_cap_mb,
+            broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
+        )
+        self.replicas.append(replica)
+        # torch's DDP over DTensor shards (_pre_dp_module_transform) keeps each as a plain local
+        # tensor with its DTensor spec in `_st_info`; after the first forward the module lists
+        # none of them. The optimizer holds these tensors: a snapshot needs them.
+        for name, param in module.named_parameters():
+            if hasattr(param, "_st_info"):
+                owner, _, attr = name.rpartition(".")
+                self.localized.append((module.get_submodule(owner), attr, param))
+        return replica
+
+    def configure_ddp(self) -> None:
+        module = self.lightning_module
+        module.model = self.replicate(self.split_layers(module.model))
+
+    def teardown(self) -> None:
+        failing = sys.exc_info()[1]  # after a failed step, Lightning tears down in its handler
+        try:
+            super().teardown()
+        except RuntimeError:
+            # Moving DTensor weights that the failed step still holds raises ("Couldn't swap");
+            # the step's own error is the one the user must see.
+            if failing is None:
+                raise
+
+
+def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
+    return MeshStrategy(
+        mesh,
+        spec_for(cfg.model).parallelize,
+        cfg.parallel.bucket_cap_mb,
+        process_group_backend=backend(cfg),
+        timeout=timeout(cfg),
+    )

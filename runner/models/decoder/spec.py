@@ -1,0 +1,134 @@
+"""The decoder, as the runner sees it: sizes, FLOPs and activations from its config, how a
+pipeline splits it (by blocks; the tied embedding on the first and last stage) and how tensor
+parallelism splits each block (Megatron-LM: 2 all-reduces of b*s*h forward, 2 backward)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.errors import positive, require
+from runner.models.decoder.config import DecoderConfig
+from runner.models.spec import Activations, Cfg, ModelSpec, matches_data
+
+
+def block_tensors(d: int, tp: int) -> list[int]:
+    """One block's parameter tensors on one tensor-parallel rank, in the module's order (Q, K, V,
+    output, norm, up, down, norm): split layers hold 1/tp of theirs, the row-parallel biases (the
+    output projection's, down's) and the norms are whole."""
+    column = [d * d // tp, d // tp]  # a weight split by columns, and its bias
+    attention = [*column * 3, d * d // tp, d]
+    ffn = [4 * d * d // tp, 4 * d // tp, 4 * d * d // tp, d]
+    return [*attention, d, d, *ffn, d, d]
+
+
+def block_params(d: int, tp: int) -> int:
+    return sum(block_tensors(d, tp))
+
+
+class DecoderSpec(ModelSpec):
+    tied_ends = True  # the embedding is the output layer too
+
+    def check(self, m: Cfg, data: Cfg, train: bool) -> None:
+        positive(m, "model", "vocab_size", "context_len", "d_model", "n_heads", "n_layers")
+        d, heads = m["d_model"], m["n_heads"]
+        require(d % heads == 0, "model.d_model", f"{d} must be divisible by model.n_heads={heads}")
+        require(d % 2 == 0, "model.d_model", f"must be even for sin/cos positions, got {d}")
+        require(0 <= m["dropout"] < 1, "model.dropout", f"must be in [0, 1), got {m['dropout']}")
+        matches_data(m["vocab_size"], "model.vocab_size", data, "vocab_size", train)
+        seq_len = data.get("seq_len")
+        if seq_len is not None:
+            require(
+                0 < seq_len <= m["context_len"],
+                "data.seq_len",
+                f"must be in 1..model.context_len={m['context_len']}, got {seq_len}",
+            )
+
+    def params_by_component(self, m: Cfg) -> dict[str, int]:
+        d, layers = m["d_model"], m["n_layers"]
+        attention = 4 * (d * d + d)  # Q, K, V, output projections with biases
+        ffn = 2 * 4 * d * d + 4 * d + d  # up (d -> 4d) and down (4d -> d) with biases
+        return {
+            "embedding": m["vocab_size"] * d,  # tied: the output layer reuses it
+            "attention": layers * attention,
+            "ffn": layers * ffn,
+            "norm": layers * 2 * 2 * d,  # two LayerNorms, weight and bias
+        }
+
+    def layers(self, m: Cfg) -> int:
+        return m["n_layers"]
+
+    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
+        embedding = [m["vocab_size"] * m["d_model"]] if ends else []
+        return embedding + [n for _ in layers for n in block_tensors(m["d_model"], tp)]
+
+    def largest_layer_params(self, m: Cfg, tp: int) -> int:
+        return max(block_params(m["d_model"], tp), m["vocab_size"] * m["d_model"])
+
+    def tokens_per_sample(self, data: Cfg) -> int:
+        return data["seq_len"]
+
+    def flops_per_token(self, m: Cfg, data: Cfg) -> float:
+        """6 per parameter, and 12 * layers * seq * d for the attention scores."""
+        return 6 * self.params(m) + 12 * m["n_layers"] * data["seq_len"] * m["d_model"]
+
+    def stage_flops_per_token(self, m: Cfg, data: Cfg, stages: list[range], tp: int) -> list[float]:
+        """Blocks divide over the tensor ranks; the tied output layer, on the last stage, does
+        not (every tensor rank computes it whole)."""
+        d = m["d_model"]
+        block = 6 * block_params(d, 1) + 12 * data["seq_len"] * d
+        head = 6 * m["vocab_size"] * d
+        last = len(stages) - 1
+        return [len(s) * block / tp + head * (i == last) for i, s in enumerate(stages)]
+
+    def activation_bytes(self, m: Cfg, held: Activations) -> float:
+        """Korthikanti et al. (2022) without recomputation: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
+        per layer at 16 bits, plus the fp32 logits; with full recomputation, each layer's input
+        (s*b*h values) and one layer's whole set at a time."""
+        s, b, h, a, t = held.seq_len, held.micro, m["d_model"], m["n_heads"], held.tp
+        per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * held.elem / 2
+        logits = s * b * m["vocab_size"] * 4  # fp32 for the loss, on the last stage
+        if held.recompute:
+            return held.in_flight * held.layers * s * b * h * held.elem + per_layer + logits
+        return held.in_flight * (held.layers * per_layer) + logits
+
+    def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
+        return [data["seq_len"] * m["d_model"] for _ in stages[1:]]
+
+    def stage_module(self, model: Any, layers: range, first: bool, last: bool) -> Any:
+        from runner.models.decoder.parallelize import DecoderStage
+
+        return DecoderStage(model, layers, first, last)
+
+    def stage_example(
+        self, model: Any, layers: range, first: bool, last: bool, microbatch: int, seq_len: int
+    ) -> tuple[Any, Any]:
+        from runner.models.decoder.parallelize import stage_example
+
+        return stage_example(model, first, last, microbatch, seq_len)
+
+    def tied_weight(self, stage: Any) -> Any:
+        return stage.embed.weight if stage.embed is not None else None
+
+    def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
+        heads, d = m["n_heads"], m["d_model"]
+        require(heads % tp == 0, "model.n_heads", f"{heads} heads do not split into tp={tp}")
+        require(
+            4 * d % tp == 0, "model.d_model", f"the FFN's width 4 x {d} does not split into tp={tp}"
+        )
+
+    def tp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+    ) -> tuple[float, float]:
+        layers = m["n_layers"]
+        return 4 * samples * data["seq_len"] * m["d_model"] * layers, 4 * layers * microbatches
+
+    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
+        return 6 * m["n_layers"]  # Q, K, V, output; the FFN's two
+
+    def parallelize(self, module: Any, tp_mesh: Any) -> Any:
+        from runner.models.decoder.parallelize import parallelize
+
+        return parallelize(module, tp_mesh)
+
+
+SPEC = DecoderSpec(name="decoder", config=DecoderConfig)

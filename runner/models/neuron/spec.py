@@ -1,0 +1,25 @@
+"""The neuron, as the runner sees it: n weights and a bias weight, never split."""
+
+from __future__ import annotations
+
+from runner.choices import ACTIVATIONS
+from runner.errors import one_of, positive
+from runner.models.neuron.config import NeuronConfig
+from runner.models.spec import Cfg, ModelSpec, matches_data
+
+
+class NeuronSpec(ModelSpec):
+    def check(self, m: Cfg, data: Cfg, train: bool) -> None:
+        positive(m, "model", "n_inputs")
+        one_of(m["activation"], "model.activation", ACTIVATIONS[:-1])
+        matches_data(m["n_inputs"], "model.n_inputs", data, "n_features", train)
+        matches_data(1, "data.n_outputs", data, "n_outputs", train)  # one neuron, one output
+
+    def params_by_component(self, m: Cfg) -> dict[str, int]:
+        return {"ffn": m["n_inputs"] + 1}  # one weight per input and the bias weight
+
+    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
+        return [m["n_inputs"], 1]  # its weights, its bias
+
+
+SPEC = NeuronSpec(name="neuron", config=NeuronConfig)

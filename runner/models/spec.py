@@ -1,0 +1,131 @@
+"""What the runner asks of a model, in one place: a ModelSpec per model (runner/models/registry.py).
+
+Validation, the planner and the parallel layouts never look at a model's class or `_target_`:
+they ask its spec. This base class describes a model that is never split: one layer, so data
+parallelism only. A model that can be split overrides what it supports (the decoder and the FFNN
+in their folders). Nothing here imports torch: validation and `mode=plan` stay light; the methods
+that build or split modules import it when called.
+
+`m` is always the model's config (a mapping of its fields), `data` the data config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runner.errors import require
+
+Cfg = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Activations:
+    """What a stage holds in flight, for activation memory: one rank's busiest stage."""
+
+    micro: int  # samples per micro-batch on one replica
+    seq_len: int  # tokens per sample (0 for vector data)
+    layers: int  # the most layers one stage holds
+    in_flight: int  # micro-batches whose activations a stage keeps at once
+    tp: int
+    elem: int  # bytes per element at the training dtype
+    recompute: bool
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # the option in conf/model/
+    config: type  # its dataclass schema, whose `_target_` names the module
+
+    @property
+    def target(self) -> str:
+        return self.config._target_
+
+    # --- validation ---
+    def check(self, m: Cfg, data: Cfg, train: bool) -> None:
+        """The model's own rules (raise runner.errors.ConfigError through `require`)."""
+
+    # --- sizes ---
+    def params_by_component(self, m: Cfg) -> dict[str, int]:
+        raise NotImplementedError(f"model {self.name}: its spec gives no parameter count")
+
+    def params(self, m: Cfg) -> int:
+        return sum(self.params_by_component(m).values())
+
+    def layers(self, m: Cfg) -> int:
+        """How many layers a pipeline can split the model into."""
+        return 1
+
+    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
+        """Sizes of one stage's trainable tensors on one tensor-parallel rank, in module order
+        (DDP buckets them in reverse); `ends`: the stage is the first or the last."""
+        return [self.params(m)]
+
+    def largest_layer_params(self, m: Cfg, tp: int) -> int:
+        """The largest layer as tensor parallelism splits it: the least a device must hold."""
+        return self.params(m)
+
+    # --- compute ---
+    def tokens_per_sample(self, data: Cfg) -> int:
+        return 1
+
+    def flops_per_token(self, m: Cfg, data: Cfg) -> float:
+        """Training FLOPs per token: 6 per parameter (forward 2, backward 4; Kaplan et al.)."""
+        return 6 * self.params(m)
+
+    def stage_flops_per_token(self, m: Cfg, data: Cfg, stages: list[range], tp: int) -> list[float]:
+        """Each stage's FLOPs per token on its busiest tensor-parallel rank."""
+        return [self.flops_per_token(m, data)]
+
+    def activation_bytes(self, m: Cfg, held: Activations) -> float:
+        return 0.0  # too small to count
+
+    # --- pipeline parallelism ---
+    def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
+        """Elements of one sample's activation crossing each boundary between stages."""
+        raise NotImplementedError(f"model {self.name} has no pipeline split")
+
+    def stage_module(self, model: Any, layers: range, first: bool, last: bool) -> Any:
+        """The module of one pipeline stage: the model's own layers, shared, not copied."""
+        raise NotImplementedError(f"model {self.name} has no pipeline split")
+
+    def stage_example(
+        self, model: Any, layers: range, first: bool, last: bool, microbatch: int, seq_len: int
+    ) -> tuple[Any, Any]:
+        """A stage's input and output for one micro-batch, on the meta device."""
+        raise NotImplementedError(f"model {self.name} has no pipeline split")
+
+    # The first and last layers share a weight: a pipeline's first and last stage each hold it and
+    # sum its gradients every step (tied_weight finds it in a stage). Same on every rank.
+    tied_ends = False
+
+    def tied_weight(self, stage: Any) -> Any:
+        """The shared weight as a stage holds it, or None."""
+        return None
+
+    # --- tensor parallelism ---
+    def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
+        require(False, "parallel.tp", f"model {self.name} has no layer to split")
+
+    def tp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+    ) -> tuple[float, float]:
+        """Elements handed to tensor-parallel collectives for `samples` samples of one replica,
+        and the calls, per step over the whole stack of stages."""
+        return 0.0, 0.0
+
+    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
+        """Tensor-parallel layers the whole stack runs forward and backward per micro-batch."""
+        return 0
+
+    def parallelize(self, module: Any, tp_mesh: Any) -> Any:
+        """Split a whole model, or one pipeline stage, over the tensor-parallel mesh."""
+        raise NotImplementedError(f"model {self.name} has no tensor-parallel plan")
+
+
+def matches_data(value: int, key: str, data: Cfg, data_key: str, train: bool) -> None:
+    """A vector model's width must be its data's (the worked examples bring their own inputs)."""
+    expected = data.get(data_key, 0)
+    if train and expected:
+        require(value == expected, key, f"{value} does not match data.{data_key}={expected}")

@@ -1,0 +1,226 @@
+"""mode=calibrate: measure this host and write a hardware profile that later runs can use.
+
+Measured: matmul FLOP/s on all cores (the best of a few sizes); the FLOP/s a plain training step
+of the configured model reaches in a plain PyTorch loop, which sets compute_efficiency; what the
+runner's own step (Lightning, hooks, logging) adds to it; DTensor's cost per tensor-parallel layer;
+and gloo's all-reduce and point-to-point time between two
+processes over 127.0.0.1 for messages from 4 kB to 16 MB, fitted as latency + size / bandwidth.
+The profile goes to conf/hardware/calibrated.yaml (hardware=calibrated), the measurements to an
+MLflow run (tag mode=calibrate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from runner.allocator import keep_freed_memory
+from runner.planner.timing import model_flops_per_step
+
+PROFILE = Path(__file__).resolve().parents[2] / "conf" / "hardware" / "calibrated.yaml"
+SIZES = [2**k for k in range(12, 25, 2)]  # 4 kB .. 16 MB
+REPEATS = 5
+LINK_REPEATS = 25  # small messages are noisy: a scheduler hiccup is longer than the message
+
+
+def best_time(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
+    fn()  # warm-up: allocation, thread pool
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def matmul_flops() -> float:
+    best = 0.0
+    for n in (256, 512, 1024):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        best = max(best, 2 * n**3 / best_time(lambda a=a, b=b: a @ b))
+    return best
+
+
+QUICK = {"max_steps": 12, "warmup_steps": 4, "val_batches": 0, "progress_bar": False}
+
+
+def runner_step_time(cfg: DictConfig) -> float:
+    """Mean step time of the runner's own training (Lightning and all), a few steps, no record."""
+    from runner.training.rank import train
+
+    return train(OmegaConf.merge(cfg, {"trainer": QUICK}))["step_time_s"]
+
+
+def random_batch(cfg: DictConfig, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of the configured shape; the values do not change the time a step takes."""
+    m, b = cfg.model, cfg.data.batch_size
+    if cfg.data.get("seq_len"):  # token ids in, next token ids out
+        tokens = torch.randint(0, cfg.data.vocab_size, (b, cfg.data.seq_len))
+        return tokens, tokens
+    x = torch.randn(b, cfg.data.n_features or m.get("in_features", m.get("n_inputs")))
+    out = model(x)
+    if cfg.data.loss == "cross_entropy":
+        return x, torch.randint(0, out.shape[-1], (b,))
+    return x, torch.rand_like(out).detach()
+
+
+def plain_step_time(cfg: DictConfig) -> float:
+    """The same step in a plain PyTorch loop: forward, loss, backward, the optimizer."""
+    from hydra.utils import instantiate
+
+    from runner.losses import LOSSES
+    from runner.training.module import OPTIMIZERS
+
+    torch.manual_seed(cfg.seed)
+    model = instantiate(cfg.model, _convert_="all")
+    optimizer = OPTIMIZERS[cfg.trainer.optimizer](model.parameters(), lr=cfg.trainer.lr)
+    loss_fn, (x, y) = LOSSES[cfg.data.loss], random_batch(cfg, model)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    for _ in range(QUICK["warmup_steps"]):
+        step()
+    start = time.perf_counter()
+    for _ in range(QUICK["max_steps"] - QUICK["warmup_steps"]):
+        step()
+    return (time.perf_counter() - start) / (QUICK["max_steps"] - QUICK["warmup_steps"])
+
+
+def _links(rank: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    times: dict[str, list[float]] = {"all_reduce": [], "p2p": []}
+    peer = 1 - rank
+    for size in SIZES:
+        t = torch.zeros(size // 4)
+
+        def ping(t: torch.Tensor = t) -> None:  # a round trip: one message each way
+            for send in (rank == 0, rank == 1):
+                (dist.send if send else dist.recv)(t, peer)
+
+        times["all_reduce"].append(best_time(lambda t=t: dist.all_reduce(t), LINK_REPEATS))
+        times["p2p"].append(best_time(ping, LINK_REPEATS) / 2)
+    tp_overhead = tensor_layer_overhead(times["all_reduce"][0])
+    if rank == 0:
+        Path(out).write_text(json.dumps(times | {"tp_layer_overhead_s": tp_overhead}))
+    dist.destroy_process_group()
+
+
+def tensor_layer_overhead(allreduce_latency: float) -> float:
+    """What a tensor-parallel layer costs beyond compute and collectives: a column/row pair of
+    tiny Linear layers split over both ranks, forward and backward, against the same pair whole,
+    less its two all-reduces (one forward, one backward), per layer."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from runner.layouts.tensor.plans import split_linear_pairs
+
+    def pair() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+
+    x = torch.randn(8, 64, requires_grad=True)
+    split = split_linear_pairs(pair(), init_device_mesh("cpu", (2,)))
+    whole = pair()
+    t_split = best_time(lambda: split(x).sum().backward(), LINK_REPEATS)
+    t_whole = best_time(lambda: whole(x).sum().backward(), LINK_REPEATS)
+    return max(0.0, (t_split - t_whole - 2 * allreduce_latency) / 2)
+
+
+def link_times() -> dict[str, list[float]]:
+    """gloo between two fresh processes on 127.0.0.1; rank 0 hands its times back in a file."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "links.json"
+        mp.start_processes(_links, (port, str(out)), nprocs=2, start_method="forkserver")
+        return json.loads(out.read_text())
+
+
+def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
+    """(latency s, bandwidth B/s): the smallest message's time, and the slope between the two
+    largest (robust where a least-squares line lets one noisy small message move the latency)."""
+    slope = (seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2])
+    return seconds[0], 1 / max(slope, 1e-15)
+
+
+def measure(cfg: DictConfig) -> dict[str, Any]:
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cores)
+    if cfg.hardware.keep_freed_memory:  # as every rank will run: the plain step's speed sets
+        keep_freed_memory()  # compute_efficiency (measured: 5-8 % faster kept)
+    peak = matmul_flops()
+    plain = plain_step_time(cfg)
+    step = runner_step_time(cfg)
+    overhead = max(0.0, step - plain)  # what the runner (Lightning, hooks, logging) adds
+    links = link_times()
+    # A ring all-reduce of S bytes over 2 ranks puts 2(n-1)/n * S = S on the wire.
+    ar_latency, ar_bandwidth = fit_line(SIZES, links["all_reduce"])
+    p2p_latency, p2p_bandwidth = fit_line(SIZES, links["p2p"])
+    return {
+        "cores": cores,
+        "matmul_flops": peak,
+        "step_time_s": step,
+        "step_overhead_s": overhead,
+        "plain_step_time_s": plain,
+        "step_flops": model_flops_per_step(cfg) / plain,
+        "all_reduce": {"latency_s": ar_latency, "bandwidth_bytes_s": ar_bandwidth},
+        "p2p": {"latency_s": p2p_latency, "bandwidth_bytes_s": p2p_bandwidth},
+        "sizes": SIZES,
+        "times": {k: v for k, v in links.items() if k != "tp_layer_overhead_s"},
+        "tp_layer_overhead_s": links["tp_layer_overhead_s"],
+    }
+
+
+def profile_yaml(m: Mapping[str, Any]) -> str:
+    bandwidth = min(m["all_reduce"]["bandwidth_bytes_s"], m["p2p"]["bandwidth_bytes_s"]) / 1e9
+    latency = max(m["all_reduce"]["latency_s"], m["p2p"]["latency_s"]) * 1e6
+    efficiency = min(1.0, m["step_flops"] / m["matmul_flops"])
+    return f"""# This host ({m["cores"]} cores), as `python -m runner mode=calibrate` measured it on
+# {time.strftime("%Y-%m-%d")}. Use it with hardware=calibrated.
+defaults:
+  - cpu
+  - _self_
+
+peak_tflops:
+  fp32: {m["matmul_flops"] / 1e12:.5f}  # best matmul (256..1024), all cores
+  bf16: {m["matmul_flops"] / 1e12:.5f}
+compute_efficiency: {efficiency:.4f}  # a plain training step's FLOP/s / peak
+step_overhead_s: {m["step_overhead_s"]:.5f}  # the runner's step less a plain PyTorch loop's
+tp_layer_overhead_us: {m["tp_layer_overhead_s"] * 1e6:.1f}  # DTensor's dispatch per split layer
+intra_node:
+  name: gloo over loopback (measured)
+  bandwidth_gbs: {bandwidth:.4f}
+  latency_us: {latency:.1f}
+  efficiency: 1.0  # the bandwidth above is what a collective reached
+"""
+
+
+def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
+    from runner.modes.plan import flat_metrics
+    from runner.tracking import recorded_run
+
+    with recorded_run(cfg, choices, overrides) as record:
+        measured = measure(cfg)
+        record.log_metrics(flat_metrics({k: v for k, v in measured.items() if k != "times"}))
+        record.client.log_dict(record.run_id, measured, "calibration.json")
+        PROFILE.write_text(profile_yaml(measured))
+        record.client.log_artifact(record.run_id, str(PROFILE))
+    print(PROFILE.read_text())
+    print(f"wrote {PROFILE}: use it with hardware=calibrated")
+    return measured

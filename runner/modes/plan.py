@@ -1,0 +1,125 @@
+"""mode=plan: a job's size, memory, traffic, time, energy and cost, without training it.
+
+The runner's models are counted from their configs (their specs, runner/models/) and any other
+model is built on the meta device (shapes, no memory), so GPT-3 on a thousand GPUs plans in
+seconds. The
+figures come from the planner (runner/planner/) and the hardware profile; they are printed as a
+table, logged as an MLflow run (tag mode=plan), and with plan.json=true printed as one JSON object
+on the last line of standard output.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.models.registry import spec_for
+from runner.planner import plan
+from runner.validate import host_memory_gib
+
+COMPONENTS = (("embed", "embedding"), (".attn.", "attention"), ("norm", "norm"))
+
+
+def component(name: str) -> str:
+    """Which part of the model a parameter belongs to (the FFNN is all feed-forward layers)."""
+    return next((part for key, part in COMPONENTS if key in name), "ffn")
+
+
+def model_sizes(model_cfg: DictConfig) -> dict[str, Any]:
+    return _sizes(OmegaConf.to_yaml(model_cfg, resolve=True))
+
+
+@functools.cache  # a sweep over layouts counts each model once, not once per layout
+def _sizes(model_yaml: str) -> dict[str, Any]:
+    model_cfg = OmegaConf.to_container(OmegaConf.create(model_yaml))
+    spec = spec_for(model_cfg)
+    if spec is None:  # a model of the user's: build it on the meta device and count
+        by_component = built_sizes(OmegaConf.create(model_yaml))
+    else:  # ours: from the formulas, without importing torch (tested against the built module)
+        by_component = spec.params_by_component(model_cfg)
+    return {"params_total": sum(by_component.values()), "params_by_component": by_component}
+
+
+def built_sizes(model_cfg: DictConfig) -> dict[str, int]:
+    """Parameters per component of the model built on the meta device: no memory is touched."""
+    import torch
+    from hydra.utils import instantiate
+
+    with torch.device("meta"):
+        model = instantiate(model_cfg, _convert_="all")
+    by_component: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        by_component[component(name)] = by_component.get(component(name), 0) + p.numel()
+    return by_component
+
+
+def figures(cfg: DictConfig) -> dict[str, Any]:
+    out = model_sizes(cfg.model) | plan(cfg)
+    memory = cfg.hardware.memory_gib or host_memory_gib()
+    out["memory_per_device_gib"] = memory
+    out["fits"] = out["mem_per_device_gib"]["total"] <= memory
+    return out
+
+
+def flat_metrics(out: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for key, value in out.items():
+        if isinstance(value, Mapping):
+            metrics |= flat_metrics(value, f"{prefix}{key}/")
+        elif isinstance(value, bool | int | float):
+            metrics[f"{prefix}{key}"] = float(value)
+    return metrics
+
+
+def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
+    mem, comm, snap = out["mem_per_device_gib"], out["comm_bytes_per_step"], out["snapshots"]
+    p = cfg.parallel
+    rows = [
+        ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp} = {out['world_size']} devices"),
+        ("parameters", f"{out['params_total']:,} ({_parts(out['params_by_component'])})"),
+        ("memory / device", f"{mem['total']:,.2f} GiB of {out['memory_per_device_gib']:,.0f}"
+         f" ({'fits' if out['fits'] else 'DOES NOT FIT'}): weights {mem['weights']:,.2f},"
+         f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
+         f" activations {mem['activations']:,.2f}"),
+        ("bytes / step / rank", ", ".join(f"{d} {_bytes(comm[d])}" for d in ("dp", "tp", "pp"))),
+        ("bubble", f"{out['bubble_fraction']:.3f}"),
+        ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%})"),
+        ("throughput", f"{out['tokens_per_s']:,.0f} tokens/s, MFU {out['mfu']:.1%}"),
+        ("duration", f"{out['hours']:,.1f} h"),
+        ("energy", f"{out['energy_kwh']:,.0f} kWh"),
+        ("cost", f"${out['cost_usd']:,.0f}"),
+        ("snapshots", f"every {snap['snapshot_interval_s'] / 60:,.0f} min (the job fails every"
+         f" {snap['job_mtbf_hours']:,.1f} h; expected loss {snap['expected_waste_fraction']:.1%}"
+         f", ${snap['expected_lost_cost_usd']:,.0f})"),
+    ]  # fmt: skip
+    return "\n".join(f"{name:>20}  {value}" for name, value in rows)
+
+
+def _parts(by_component: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v / 1e6:,.1f} M" for k, v in by_component.items())
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
+    from runner.cluster import world_size
+    from runner.tracking import recorded_run
+
+    out = figures(cfg)
+    with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:
+        record.log_metrics(flat_metrics(out))
+        record.client.set_tag(record.run_id, "fits", "yes" if out["fits"] else "no")
+        record.client.log_dict(record.run_id, out, "plan.json")
+    print(table(cfg, out))
+    if cfg.plan.json:
+        print(json.dumps(out))
+    return out

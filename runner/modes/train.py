@@ -1,0 +1,43 @@
+"""mode=train: open the run, then train in this process (one device, or one rank that torchrun or
+SLURM started) or start the job's processes (runner/launch.py); a resumed run continues its
+snapshot's MLflow run."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.cluster import exit_on_sigterm, external_launcher, global_rank, world_size
+from runner.launch import LOOPBACK, bind_gloo_to_loopback, rank_main, spawn, start_fork_server
+from runner.tracking import recorded_run
+
+
+def run(
+    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
+) -> dict[str, float]:
+    world = world_size(cfg)
+    resumed, resume = None, None
+    if cfg.resume:
+        from runner.snapshots import find  # imports torch: only when a snapshot is wanted
+
+        resumed, folder, step = find(cfg)
+        resume = (str(folder.resolve()), step)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
+    if world > 1 and external_launcher() is None:
+        bind_gloo_to_loopback()
+        start_fork_server()
+        with recorded_run(cfg, choices, overrides, world, resumed) as record:
+            return spawn(resolved, world, record, resume)
+    if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
+        bind_gloo_to_loopback()
+    if global_rank() != 0:  # one rank among those torchrun or srun started: rank 0 records
+        return rank_main(resolved, None, None, resume)
+    with recorded_run(cfg, choices, overrides, world, resumed) as record:
+        if world > 1:
+            signal.signal(signal.SIGTERM, exit_on_sigterm)
+        return rank_main(resolved, record.run_id, None, resume)

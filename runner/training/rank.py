@@ -1,0 +1,231 @@
+"""Build data, model and Trainer from a validated config and train: one rank's work.
+
+Called once per process: by the launcher in-process for one device, by every spawned rank, or by
+every process that torchrun or SLURM started. Only global rank 0 writes to MLflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from pytorch_lightning.loggers import MLFlowLogger
+from pytorch_lightning.utilities import rank_zero_only
+from torch.utils.data import DataLoader
+
+from runner import layouts
+from runner.allocator import keep_freed_memory
+from runner.cluster import exit_on_sigterm, global_rank, world_size
+from runner.compat.lightning import replace_sigterm_handling
+from runner.compat.process_group import set_default_timeout
+from runner.data import Splits
+from runner.data.sampling import ShardedBatchSampler
+from runner.planner.failures import priced
+from runner.snapshots import Snapshots
+from runner.training.callbacks.faults import FaultInjection, Progress
+from runner.training.callbacks.progress_bar import ProgressBar
+from runner.training.callbacks.rank_timing import LoopTiming, RankTiming, combine
+from runner.training.module import TrainModule
+from runner.validate import ConfigError
+
+
+def set_process(cfg: DictConfig) -> None:
+    """Threads per rank = cores / ranks on this node: on a crowded CPU timings mean nothing. And
+    malloc keeping what a step frees for the next (runner/allocator.py)."""
+    cores = len(os.sched_getaffinity(0))
+    torch.set_num_threads(cfg.hardware.threads_per_rank or max(1, cores // cfg.hardware.devices))
+    if cfg.hardware.keep_freed_memory:
+        keep_freed_memory()
+
+
+def loaders(
+    splits: Splits, cfg: DictConfig, rank: int, world: int, start: int = 0
+) -> tuple[DataLoader, DataLoader]:
+    """This rank's shard of every global batch (data-parallel ranks differ, nothing else does),
+    training from global batch `start` on (a resumed run)."""
+
+    def loader(dataset: Any, shuffle: bool, start: int) -> DataLoader:
+        batches = ShardedBatchSampler(
+            len(dataset), cfg.data.batch_size, rank, world, shuffle, cfg.seed, start
+        )
+        # A generator of its own: by default every new iterator (each validation's) draws a seed
+        # from the global RNG, which dropout uses, and a resumed run would draw out of turn.
+        generator = torch.Generator().manual_seed(cfg.seed)
+        return DataLoader(dataset, batch_sampler=batches, generator=generator)
+
+    return loader(splits.train, True, start), loader(splits.val, False, 0)
+
+
+WRITE_EVERY_S = 1.0  # how often rank 0 writes the losses logged meanwhile to MLflow
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """SIGTERM's handler held back until the body is done, then run (CPython runs handlers in the
+    main thread, between any two bytecodes: inside a database transaction, say)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[Any] = []
+    handler = signal.signal(signal.SIGTERM, lambda *args: came.append(args))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        if came and callable(handler):
+            handler(*came[0])
+        elif came and handler == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGTERM)
+
+
+class StepLogger(MLFlowLogger):
+    """MLflow's logger with two changes: steps count on from where a resumed run's snapshot left
+    off, and writes are batched, one write to the store a second rather than one a step (a write
+    to SQLite takes ~5 ms, a small model's step ~100 ms). What is pending is written when training
+    ends, fails or is interrupted: Lightning finalizes its loggers then."""
+
+    def __init__(self, *args: Any, step_offset: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_offset = step_offset
+        self.pending: list[Any] = []
+        self.written = time.monotonic()
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        from mlflow.entities import Metric
+
+        now, step = int(time.time() * 1000), self.step_offset + (step or 0)
+        self.pending += [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        if time.monotonic() - self.written >= WRITE_EVERY_S:
+            self.write()
+
+    @rank_zero_only
+    def write(self) -> None:
+        from mlflow.utils.validation import MAX_METRICS_PER_BATCH
+
+        with sigterm_deferred():  # a handler raising mid-transaction would lose the batch
+            for i in range(0, len(self.pending), MAX_METRICS_PER_BATCH):
+                batch = self.pending[i : i + MAX_METRICS_PER_BATCH]
+                self.experiment.log_batch(self.run_id, metrics=batch)
+            self.pending, self.written = [], time.monotonic()
+
+    @rank_zero_only
+    def finalize(self, status: str = "success") -> None:
+        self.write()
+        super().finalize(status)
+
+
+def build_trainer(
+    cfg: DictConfig,
+    run_id: str | None,
+    timing: LoopTiming,
+    progress: str | None = None,
+    resume: tuple[str, int] | None = None,
+) -> pl.Trainer:
+    t, (folder, start) = cfg.trainer, resume or (None, 0)
+    logger = (  # only rank 0 logs: the others need no MLflow client (seconds of imports)
+        StepLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run_id, step_offset=start)
+        if run_id and global_rank() == 0
+        else False
+    )
+    run_dir = Path(cfg.checkpoint.dir) / run_id if run_id else None
+    snapshots = Snapshots(cfg, run_dir, start, Path(folder) if folder else None)
+    return pl.Trainer(
+        accelerator=cfg.hardware.accelerator,
+        devices=cfg.hardware.devices,
+        num_nodes=cfg.hardware.nodes,
+        strategy=layouts.strategy(cfg),
+        use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
+        max_steps=t.max_steps - start,
+        max_epochs=-1,
+        logger=logger,
+        # The fault first: a rank that hangs at a step has not reached it.
+        callbacks=[
+            FaultInjection(cfg.fault, start),
+            Progress(progress, start),
+            timing,
+            snapshots,
+            *([ProgressBar()] if t.progress_bar else []),
+        ],
+        log_every_n_steps=1,
+        val_check_interval=t.val_every_n_steps,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.val_batches,
+        num_sanity_val_steps=0,
+        enable_checkpointing=False,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=t.progress_bar,
+        default_root_dir=os.getcwd(),
+    )
+
+
+def end_on_sigterm(trainer: pl.Trainer) -> None:
+    """A rank that gets SIGTERM ends (runner.cluster.exit_on_sigterm), where Lightning would
+    broadcast rank 0's flag before every step (runner/compat/lightning.py says why not). Every
+    rank of a runner job gets SIGTERM itself, so no rank needs rank 0's flag."""
+    replace_sigterm_handling(trainer, exit_on_sigterm)
+
+
+def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> dict[str, float]:
+    figures = combine([rank["figures"] for rank in timing.gathered])
+    # Throughput from the loop's whole interval: data loading and logging count, validation not.
+    loop = figures.pop("loop_time_s", None)
+    if loop:
+        figures["throughput_samples_per_s"] = cfg.data.batch_size / loop
+        if tokens_per_sample:
+            figures["throughput_tokens_per_s"] = (
+                figures["throughput_samples_per_s"] * tokens_per_sample
+            )
+    return figures
+
+
+def train(
+    cfg: DictConfig,
+    run_id: str | None = None,
+    progress: str | None = None,
+    resume: tuple[str, int] | None = None,
+) -> dict[str, float]:
+    """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
+    set_process(cfg)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
+    splits: Splits = instantiate(cfg.data, _convert_="all")
+    module = TrainModule(
+        instantiate(cfg.model, _convert_="all"),
+        cfg.data.loss,
+        cfg.trainer.optimizer,
+        cfg.trainer.lr,
+        cfg.trainer.weight_decay,
+    )
+    timing = (RankTiming if cfg.trainer.measure else LoopTiming)(
+        cfg.trainer.warmup_steps, cuda=cfg.hardware.accelerator == "gpu"
+    )
+    set_default_timeout(cfg.dist.timeout_s)
+    trainer = build_trainer(cfg, run_id, timing, progress, resume)
+    end_on_sigterm(trainer)
+    shard = layouts.data_shard(cfg, trainer.global_rank)
+    train_loader, val_loader = loaders(splits, cfg, *shard, start=resume[1] if resume else 0)
+    if len(train_loader) == 0:
+        raise ConfigError(
+            "data.batch_size",
+            f"{cfg.data.batch_size} is more than the {len(splits.train)} training samples",
+        )
+    start = time.perf_counter()
+    trainer.fit(module, train_loader, val_loader)
+    figures = run_figures(cfg, timing, splits.tokens_per_sample)
+    figures["train_time_s"] = time.perf_counter() - start
+    figures |= priced(cfg, world_size(cfg), figures["train_time_s"])
+    if run_id and trainer.global_rank == 0:
+        from runner.training.record import record_training
+
+        record_training(cfg, run_id, figures, timing.gathered)
+    return figures

@@ -1,0 +1,86 @@
+"""Rank 0's record of a training run: the figures, the planner's predictions, the pictures."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mlflow import MlflowClient
+from omegaconf import DictConfig
+
+from runner.cluster import world_size
+from runner.layouts.pipeline import step_table
+from runner.mesh import mesh_of
+from runner.pictures import Span, rank_timeline
+from runner.planner import predict
+from runner.tracking import Run
+
+
+def chrome_trace(spans_by_rank: list[list[list[Span]]]) -> dict[str, Any]:
+    """The timeline as Chrome's trace format: open it in chrome://tracing or ui.perfetto.dev."""
+    events = [
+        {
+            "name": f"{kind} {label}".strip(),
+            "cat": kind,
+            "ph": "X",
+            "ts": start * 1e6,
+            "dur": (end - start) * 1e6,
+            "pid": 0,
+            "tid": rank,
+        }
+        for rank, steps in enumerate(spans_by_rank)
+        for step in steps
+        for kind, start, end, label in step
+    ]
+    names = [
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}}
+        for r in range(len(spans_by_rank))
+    ]
+    return {"traceEvents": names + events, "displayTimeUnit": "ms"}
+
+
+def record_training(
+    cfg: DictConfig, run_id: str, figures: dict[str, float], gathered: list[dict[str, Any]]
+) -> None:
+    run = Run(MlflowClient(cfg.logger.tracking_uri), run_id)
+    world = world_size(cfg)
+    figures = figures | predict(cfg, world)
+    run.log_metrics(figures)
+    spans = [rank["spans"] for rank in gathered]
+    if not (spans and all(spans)):
+        return
+    layout = f"{mesh_of(cfg).layout} parallel, {world} rank(s)"
+    run.client.log_figure(
+        run_id, rank_timeline(spans, f"{layout}: {len(spans[0])} steps"), "timeline.png"
+    )
+    run.client.log_dict(run_id, chrome_trace(spans), "timeline.trace.json")
+    if mesh_of(cfg).pp > 1:
+        record_pipeline(cfg, run, [steps[:1] for steps in spans], layout, figures)
+
+
+def record_pipeline(
+    cfg: DictConfig, run: Run, one_step: list[list[list[Span]]], layout: str, figures: dict
+) -> None:
+    p = cfg.parallel
+    title = f"{layout}, {p.schedule}, {p.microbatches} micro-batches: one step"
+    run.client.log_figure(run.run_id, rank_timeline(one_step, title), "pipeline_gantt.png")
+    mesh = mesh_of(cfg)
+    pipeline = [one_step[mesh.rank(s, 0, 0)][0] for s in range(mesh.pp)]  # replica 0, shard 0
+    table = step_table.report(mesh.pp, p.microbatches, p.schedule, pipeline)
+    run.client.log_text(run.run_id, table, "pipeline_steps.txt")
+    bubble = bubble_note(figures, world_size(cfg))
+    run.client.set_tag(run.run_id, "mlflow.note.content", f"{bubble}\n\n```\n{table}\n```")
+
+
+def bubble_note(figures: dict[str, float], world: int) -> str:
+    theory, measured = figures["bubble_fraction_theory"], figures["bubble_fraction_measured"]
+    note = f"Bubble: theory {theory:.3f}, measured {measured:.3f}."
+    cores = len(os.sched_getaffinity(0))
+    if measured - theory > 0.1:
+        note += (
+            " The measurement counts every moment a rank is not computing inside the schedule;"
+            " it exceeds the theory where the micro-batches' compute is short next to the P2P"
+            " latency (the theory counts compute only)"
+            + (f", and here {world} ranks share {cores} cores." if world > cores else ".")
+        )
+    return note
