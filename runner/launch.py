@@ -93,7 +93,7 @@ def spawn(
             saved, since = last_snapshot(Path(cfg["checkpoint"]["dir"]) / record.run_id, started)
             lost = max(steps.values(), default=0) - saved  # redone from the last snapshot
             spent = time.time() - since
-            record.log_metrics(lost_work(OmegaConf.create(cfg), world, lost, spent))
+            record.log_metrics(lost_work(OmegaConf.create(cfg["hardware"]), world, lost, spent))
             raise JobFailed(rank, reason) from failed
 
 

@@ -55,19 +55,27 @@ def experiment_id(client: MlflowClient, name: str) -> str:
         return client.get_experiment_by_name(name).experiment_id
 
 
+def flat(tree: Mapping[str, Any], sep: str, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping's leaves by their paths: {"a": {"b": 1}} -> {"a<sep>b": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out |= flat(value, sep, f"{prefix}{key}{sep}")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def flatten(cfg: DictConfig) -> dict[str, str]:
     """The resolved config as `a.b.c` -> value strings, MLflow's params."""
-    out: dict[str, str] = {}
+    leaves = flat(OmegaConf.to_container(cfg, resolve=True), ".")
+    return {key: str(value)[:MAX_PARAM_VAL_LENGTH] for key, value in leaves.items()}
 
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        else:
-            out[prefix[:-1]] = str(node)[:MAX_PARAM_VAL_LENGTH]
 
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
-    return out
+def flat_metrics(figures: Mapping[str, Any]) -> dict[str, float]:
+    """Nested figures as `a/b` -> float, MLflow's metrics; what is not a number is left out."""
+    leaves = flat(figures, "/")
+    return {k: float(v) for k, v in leaves.items() if isinstance(v, bool | int | float)}
 
 
 def run_name(choices: Mapping[str, str | None], parallel: str, overrides: list[str]) -> str:

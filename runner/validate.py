@@ -13,10 +13,11 @@ from omegaconf import DictConfig, OmegaConf
 from runner.choices import ACCELERATORS, DTYPES, EXAMPLES, LOSSES, MODES, OPTIMIZERS, TIERS
 from runner.cluster import external_launcher, started_processes, world_size
 from runner.errors import ConfigError, one_of, positive, require
+from runner.job import Job, resolve_job
 from runner.layouts.rules import check_layout
 from runner.mesh import Mesh, resolve
 from runner.models.registry import SPECS, spec_for
-from runner.models.sizes import param_count
+from runner.planner.memory import largest_layer_gib, memory_per_device_gib
 
 PROFILE = ("peak_tflops", "compute_efficiency", "power_w", "intra_node", "inter_node")
 LINK = ("name", "bandwidth_gbs", "latency_us", "efficiency")
@@ -62,21 +63,17 @@ def host_memory_gib() -> float:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
-def check_fits(cfg: DictConfig) -> None:
+def check_fits(job: Job) -> None:
     """Refuse to train what cannot fit, counted as the planner counts it for this layout (each
     device's share: tensor and pipeline parallelism split the model); on a CPU, the processes of
     the host share its memory. GPT-3 is for mode=plan, on the meta device."""
-    from runner.planner.memory import memory_per_device_gib  # torch-free, like this module
-
-    params = param_count(cfg.model)
-    if params is None:
-        return
-    need = memory_per_device_gib(cfg, "fp32")["total"]
-    cpu = cfg.hardware.accelerator == "cpu"
-    have = cfg.hardware.memory_gib or host_memory_gib()
-    sharing = f" x {cfg.hardware.devices} processes on one host" if cpu else ""
+    hw, params = job.hardware, job.spec.params(job.model)
+    need = memory_per_device_gib(job, "fp32")["total"]
+    cpu = hw.accelerator == "cpu"
+    have = hw.memory_gib or host_memory_gib()
+    sharing = f" x {hw.devices} processes on one host" if cpu else ""
     require(
-        need * (cfg.hardware.devices if cpu else 1) <= have,
+        need * (hw.devices if cpu else 1) <= have,
         "model",
         f"{params / 1e9:.1f} B parameters need {need:,.0f} GiB per device to train in this layout"
         f"{sharing} (weights, gradients, Adam state, activations); hardware has {have:,.0f} GiB:"
@@ -84,11 +81,9 @@ def check_fits(cfg: DictConfig) -> None:
     )
 
 
-def check_layer_fits(cfg: DictConfig) -> None:
+def check_layer_fits(job: Job, dtype: str) -> None:
     """A plan may split a model until one layer is left per device; not below that."""
-    from runner.planner.memory import largest_layer_gib  # torch-free, like this module
-
-    need, have = largest_layer_gib(cfg), cfg.hardware.memory_gib or host_memory_gib()
+    need, have = largest_layer_gib(job, dtype), job.hardware.memory_gib or host_memory_gib()
     require(
         need <= have,
         "hardware.memory_gib",
@@ -165,7 +160,8 @@ def check_launch(cfg: DictConfig) -> None:
         require(
             launched,
             "hardware.nodes",
-            f"{cfg.hardware.nodes} nodes: start a runner per node with torchrun or SLURM (README)",
+            f"{cfg.hardware.nodes} nodes: start a runner per node with torchrun or SLURM"
+            " (docs/parallelism.md)",
         )
     if launched:
         started = started_processes()
@@ -244,21 +240,21 @@ def validate(cfg: DictConfig) -> Mesh:
 
 def check(cfg: DictConfig, mesh: Mesh) -> None:
     check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
-    if cfg.mode == "train":
-        check_fits(cfg)  # then: nothing else matters for a model too large to train
-    spec = spec_for(cfg.model)
-    if spec is not None:
-        spec.check(cfg.model, cfg.data, cfg.mode == "train")
+    check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
+    job = resolve_job(cfg)  # None for a model of the user's
+    if cfg.mode == "train" and job is not None:
+        check_fits(job)  # then: nothing else matters for a model too large to train
+    if job is not None:
+        job.spec.check(job.model, job.data, cfg.mode == "train")
     check_data(cfg)
     check_trainer(cfg.trainer)
-    check_profile(cfg.hardware)
     if cfg.mode == "train":  # the runner trains in fp32: its predictions need that figure
         require("fp32" in cfg.hardware.peak_tflops, "hardware.peak_tflops", "needs an fp32 figure")
     if cfg.mode == "example":
         check_example(cfg)
     elif cfg.mode == "plan":
         check_plan(cfg)
-        check_layer_fits(cfg)
+        check_layer_fits(job, cfg.plan.dtype)
     elif cfg.mode == "train":
         check_launch(cfg)
         check_fault(cfg)

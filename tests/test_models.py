@@ -39,7 +39,7 @@ def test_ffnn_widths_and_activations() -> None:
 
 def test_positional_encoding_is_the_standard_sin_cos_pairing() -> None:
     # The seed prints [-0.8, +1.0] for position 4, d = 2 with its own index convention;
-    # the standard pairing gives [sin 4, cos 4] (see DESIGN.md).
+    # the standard pairing gives [sin 4, cos 4] (see docs/design.md).
     pe = sinusoidal_positions(8, 2)
     assert pe[4].tolist() == pytest.approx([-0.757, -0.654], abs=1e-3)
 

@@ -9,6 +9,7 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from runner import validate
+from runner.job import resolve_job
 from runner.planner import plan
 from tests.conftest import all_runs, compose_job, run_cli
 
@@ -48,7 +49,10 @@ MEGATRON = ["parallel.tp=8", "parallel.pp=16", "parallel.dp=1", "parallel.microb
 def planned(*overrides: str) -> dict:
     cfg, _ = compose_job("mode=plan", "model=gpt3_175b", "hardware=h100_cluster", *overrides)
     validate.validate(cfg)
-    return plan(cfg) | {"memory": cfg.hardware.memory_gib}
+    job = resolve_job(cfg)
+    return plan(job, OmegaConf.to_object(cfg.plan), cfg.trainer.max_steps) | {
+        "memory": cfg.hardware.memory_gib
+    }
 
 
 def test_the_plan_says_which_layouts_fit() -> None:
@@ -181,7 +185,7 @@ def test_without_a_pipeline_virtual_stages_change_no_prediction() -> None:
 
     cfg, _ = compose_job("parallel=data", "hardware.devices=2", "parallel.virtual_stages=2")
     validate.validate(cfg)
-    assert predict(cfg, 2)["pred/comm_bytes_per_step/dp"] == 4 * param_count(cfg.model)
+    assert predict(resolve_job(cfg))["pred/comm_bytes_per_step/dp"] == 4 * param_count(cfg.model)
 
 
 def test_training_fits_as_the_layout_splits_the_model() -> None:

@@ -1,4 +1,4 @@
-"""The timing definitions of DESIGN.md, on a step with known timestamps."""
+"""The timing definitions of docs/measurement.md, on a step with known timestamps."""
 
 import pytest
 

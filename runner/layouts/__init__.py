@@ -14,23 +14,21 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from runner.job import Job
 from runner.layouts.data import traffic as data_traffic
 from runner.layouts.pipeline import traffic as pipeline_traffic
 from runner.layouts.tensor import traffic as tensor_traffic
 from runner.layouts.traffic import FP32_BYTES, Traffic
 from runner.mesh import mesh_of
-from runner.models.registry import spec_for
-from runner.models.sizes import stage_layers
 
 TRAFFIC = (data_traffic.traffic, tensor_traffic.traffic, pipeline_traffic.traffic)
 
 
-def traffic(cfg: DictConfig, elem: int = FP32_BYTES) -> Traffic:
-    """Every dimension's traffic for the config's mesh; `elem`: bytes per element."""
-    mesh, stages, spec = mesh_of(cfg), stage_layers(cfg.model, cfg.parallel), spec_for(cfg.model)
+def traffic(job: Job, elem: int = FP32_BYTES) -> Traffic:
+    """Every dimension's traffic for the job's mesh; `elem`: bytes per element."""
     out = Traffic()
     for part in TRAFFIC:
-        found = part(cfg, spec, mesh, stages, elem)
+        found = part(job, elem)
         out.payload |= found.payload
         out.calls |= found.calls
     return out

@@ -1,21 +1,23 @@
 """The one list of models. Everything else asks a model's spec (runner/models/spec.py) for what it
 needs: validation, the planner, the pipeline and tensor-parallel layouts, mode=plan.
 
-Adding a model: a folder runner/models/<name>/ (model.py, config.py, spec.py), one line here, and
-conf/model/<name>.yaml (docs/extending.md).
+Adding a model (docs/extending.md): a folder runner/models/<name>/ with model.py, config.py and
+spec.py (which defines SPEC), its name in MODELS, and conf/model/<name>.yaml.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from runner.models.decoder.spec import SPEC as DECODER
-from runner.models.ffnn.spec import SPEC as FFNN
-from runner.models.neuron.spec import SPEC as NEURON
 from runner.models.spec import ModelSpec
 
-SPECS: dict[str, ModelSpec] = {spec.name: spec for spec in (NEURON, FFNN, DECODER)}
+MODELS = ("neuron", "ffnn", "decoder")
+
+SPECS: dict[str, ModelSpec] = {
+    name: importlib.import_module(f"runner.models.{name}.spec").SPEC for name in MODELS
+}
 
 
 def spec_for(model_cfg: Mapping[str, Any]) -> ModelSpec | None:

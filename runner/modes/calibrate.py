@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from runner.allocator import keep_freed_memory
+from runner.job import resolve_job
 from runner.planner.timing import model_flops_per_step
 
 PROFILE = Path(__file__).resolve().parents[2] / "conf" / "hardware" / "calibrated.yaml"
@@ -127,7 +128,7 @@ def tensor_layer_overhead(allreduce_latency: float) -> float:
     less its two all-reduces (one forward, one backward), per layer."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    from runner.layouts.tensor.plans import split_linear_pairs
+    from runner.models.plans import split_linear_pairs
 
     def pair() -> nn.Module:
         torch.manual_seed(0)
@@ -178,7 +179,7 @@ def measure(cfg: DictConfig) -> dict[str, Any]:
         "step_time_s": step,
         "step_overhead_s": overhead,
         "plain_step_time_s": plain,
-        "step_flops": model_flops_per_step(cfg) / plain,
+        "step_flops": model_flops_per_step(resolve_job(cfg)) / plain,
         "all_reduce": {"latency_s": ar_latency, "bandwidth_bytes_s": ar_bandwidth},
         "p2p": {"latency_s": p2p_latency, "bandwidth_bytes_s": p2p_bandwidth},
         "sizes": SIZES,
@@ -212,8 +213,7 @@ intra_node:
 
 
 def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
-    from runner.modes.plan import flat_metrics
-    from runner.tracking import recorded_run
+    from runner.tracking import flat_metrics, recorded_run
 
     with recorded_run(cfg, choices, overrides) as record:
         measured = measure(cfg)

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.job import resolve_job
 from runner.models.registry import spec_for
 from runner.planner import plan
 from runner.validate import host_memory_gib
@@ -58,21 +59,13 @@ def built_sizes(model_cfg: DictConfig) -> dict[str, int]:
 
 
 def figures(cfg: DictConfig) -> dict[str, Any]:
-    out = model_sizes(cfg.model) | plan(cfg)
+    out = model_sizes(cfg.model) | plan(
+        resolve_job(cfg), OmegaConf.to_object(cfg.plan), cfg.trainer.max_steps
+    )
     memory = cfg.hardware.memory_gib or host_memory_gib()
     out["memory_per_device_gib"] = memory
     out["fits"] = out["mem_per_device_gib"]["total"] <= memory
     return out
-
-
-def flat_metrics(out: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    metrics: dict[str, float] = {}
-    for key, value in out.items():
-        if isinstance(value, Mapping):
-            metrics |= flat_metrics(value, f"{prefix}{key}/")
-        elif isinstance(value, bool | int | float):
-            metrics[f"{prefix}{key}"] = float(value)
-    return metrics
 
 
 def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
@@ -112,7 +105,7 @@ def _bytes(n: float) -> str:
 
 def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
     from runner.cluster import world_size
-    from runner.tracking import recorded_run
+    from runner.tracking import flat_metrics, recorded_run
 
     out = figures(cfg)
     with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:

@@ -7,30 +7,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
-
+from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import FP32_BYTES, ring_allreduce_bytes
-from runner.mesh import mesh_of
-from runner.models.registry import spec_for
 from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share
 from runner.planner.memory import DTYPE_BYTES, memory_per_device_gib
-from runner.planner.timing import model_flops_per_step, step_time, tokens_per_sample
+from runner.planner.timing import model_flops_per_step, step_time
+from runner.schema import PlanConfig
 
 __all__ = ["plan", "predict", "ring_allreduce_bytes"]
 
 
-def predict(cfg: DictConfig, world: int) -> dict[str, float]:
-    """`pred/...` for every figure a training run measures (fp32, as the runner trains); none
-    for a model the registry does not know."""
-    if spec_for(cfg.model) is None:
-        return {}
-    mesh, moved = mesh_of(cfg), traffic(cfg, FP32_BYTES)
-    time = step_time(cfg, moved)
+def predict(job: Job) -> dict[str, float]:
+    """`pred/...` for every figure a training run measures (fp32, as the runner trains)."""
+    mesh, moved = job.mesh, traffic(job, FP32_BYTES)
+    time = step_time(job, moved)
     out = {"pred/step_time_s": time.total_s}
-    if world < 2:
+    if mesh.world < 2:
         return out
     out["pred/idle_fraction"] = time.idle_fraction
     for dim, payload in moved.payload.items():
@@ -38,41 +33,40 @@ def predict(cfg: DictConfig, world: int) -> dict[str, float]:
     if "dp" in moved.payload:
         out["pred/ring_bytes_per_step/dp"] = ring_allreduce_bytes(moved.payload["dp"], mesh.dp)
     if mesh.pp > 1:
-        out["bubble_fraction_theory"] = pipeline_bubble(cfg, mesh)
+        out["bubble_fraction_theory"] = pipeline_bubble(job)
     return out
 
 
-def plan(cfg: DictConfig) -> dict[str, Any]:
-    """Everything mode=plan reports for one job (the model's sizes come from runner/plan.py)."""
-    mesh, dtype = mesh_of(cfg), cfg.plan.dtype
-    moved = traffic(cfg, DTYPE_BYTES[dtype])
-    time = step_time(cfg, moved, dtype)
-    samples_per_s = cfg.data.batch_size / time.total_s
-    tokens_per_s = samples_per_s * tokens_per_sample(cfg)
-    hours = duration_hours(cfg, tokens_per_s, time.total_s)
-    energy = energy_kwh(cfg, mesh.world, hours * 3600)
-    peak = cfg.hardware.peak_tflops[dtype] * 1e12 / device_share(cfg.hardware)
+def plan(job: Job, settings: PlanConfig, max_steps: int) -> dict[str, Any]:
+    """Everything mode=plan reports for one job (the model's sizes: runner/modes/plan.py)."""
+    mesh, dtype, hw = job.mesh, settings.dtype, job.hardware
+    moved = traffic(job, DTYPE_BYTES[dtype])
+    time = step_time(job, moved, dtype)
+    tokens_per_s = job.batch_size / time.total_s * job.tokens_per_sample
+    hours = duration_hours(settings, tokens_per_s, max_steps * time.total_s)
+    energy = energy_kwh(hw, mesh.world, hours * 3600)
+    peak = hw.peak_tflops[dtype] * 1e12 / device_share(hw)
     return {
         "world_size": mesh.world,
-        "mem_per_device_gib": memory_per_device_gib(cfg, dtype),
+        "mem_per_device_gib": memory_per_device_gib(job, dtype, settings.recompute),
         "comm_bytes_per_step": {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
         "comm_time_s": {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
-        "bubble_fraction": pipeline_bubble(cfg, mesh),
+        "bubble_fraction": pipeline_bubble(job),
         "step_time_s": time.total_s,
         "idle_fraction": time.idle_fraction,
         "tokens_per_s": tokens_per_s,
-        "mfu": model_flops_per_step(cfg) / time.total_s / (mesh.world * peak),
+        "mfu": model_flops_per_step(job) / time.total_s / (mesh.world * peak),
         "hours": hours,
         "energy_kwh": energy,
-        "cost_usd": energy * cfg.hardware.usd_per_kwh,
-        "snapshots": snapshot_plan(cfg, mesh.world, energy * cfg.hardware.usd_per_kwh),
+        "cost_usd": energy * hw.usd_per_kwh,
+        "snapshots": snapshot_plan(settings, mesh.world, energy * hw.usd_per_kwh),
     }
 
 
-def duration_hours(cfg: DictConfig, tokens_per_s: float, step_s: float) -> float:
-    """plan.hours, or the time to train on plan.tokens, or trainer.max_steps steps."""
-    if cfg.plan.hours is not None:
-        return cfg.plan.hours
-    if cfg.plan.tokens is not None:
-        return cfg.plan.tokens / tokens_per_s / 3600
-    return cfg.trainer.max_steps * step_s / 3600
+def duration_hours(settings: PlanConfig, tokens_per_s: float, steps_s: float) -> float:
+    """plan.hours, or the time to train on plan.tokens, or trainer.max_steps steps (steps_s)."""
+    if settings.hours is not None:
+        return settings.hours
+    if settings.tokens is not None:
+        return settings.tokens / tokens_per_s / 3600
+    return steps_s / 3600

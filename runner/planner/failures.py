@@ -13,27 +13,26 @@ from __future__ import annotations
 
 import math
 
-from omegaconf import DictConfig
-
 from runner.planner.hardware import power_per_device_w
+from runner.schema import HardwareConfig, PlanConfig
 
 
-def energy_kwh(cfg: DictConfig, world: int, seconds: float) -> float:
+def energy_kwh(hw: HardwareConfig, world: int, seconds: float) -> float:
     """Energy the job's devices draw in that time, with the facility's overhead (PUE)."""
-    return world * power_per_device_w(cfg.hardware) * cfg.hardware.pue * seconds / 3.6e6
+    return world * power_per_device_w(hw) * hw.pue * seconds / 3.6e6
 
 
-def priced(cfg: DictConfig, world: int, seconds: float, prefix: str = "") -> dict[str, float]:
+def priced(hw: HardwareConfig, world: int, seconds: float, prefix: str = "") -> dict[str, float]:
     """Energy and cost of the job's devices for that long: `energy_kwh`, `cost_usd`."""
-    kwh = energy_kwh(cfg, world, seconds)
-    return {f"{prefix}energy_kwh": kwh, f"{prefix}cost_usd": kwh * cfg.hardware.usd_per_kwh}
+    kwh = energy_kwh(hw, world, seconds)
+    return {f"{prefix}energy_kwh": kwh, f"{prefix}cost_usd": kwh * hw.usd_per_kwh}
 
 
-def lost_work(cfg: DictConfig, world: int, steps: int, seconds: float) -> dict[str, float]:
+def lost_work(hw: HardwareConfig, world: int, steps: int, seconds: float) -> dict[str, float]:
     """Work a failure throws away: everything since the last snapshot (without one, since the
     start), priced as the devices' time it took."""
     return {"lost_steps": float(steps), "lost_time_s": seconds} | priced(
-        cfg, world, seconds, "lost_"
+        hw, world, seconds, "lost_"
     )
 
 
@@ -46,9 +45,9 @@ def snapshot_interval_s(write_s: float, mtbf_s: float) -> float:
     return math.sqrt(2 * write_s * mtbf_s)
 
 
-def snapshot_plan(cfg: DictConfig, world: int, cost_usd: float) -> dict[str, float]:
-    mtbf_s = cfg.plan.device_mtbf_hours * 3600 / world
-    write_s = cfg.plan.snapshot_write_s
+def snapshot_plan(plan: PlanConfig, world: int, cost_usd: float) -> dict[str, float]:
+    mtbf_s = plan.device_mtbf_hours * 3600 / world
+    write_s = plan.snapshot_write_s
     interval = snapshot_interval_s(write_s, mtbf_s)
     waste = waste_fraction(interval, write_s, mtbf_s)
     return {

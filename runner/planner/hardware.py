@@ -3,26 +3,25 @@ each mesh dimension's traffic crosses."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from runner.mesh import Mesh
+from runner.schema import HardwareConfig, LinkConfig
 
 
-def device_share(hw: DictConfig) -> int:
+def device_share(hw: HardwareConfig) -> int:
     """On a CPU the profile describes the host, whose cores and power its processes share."""
     return hw.devices if hw.accelerator == "cpu" else 1
 
 
-def flops_per_device(hw: DictConfig, dtype: str) -> float:
+def flops_per_device(hw: HardwareConfig, dtype: str) -> float:
     """FLOP/s a device reaches in a training step's matmuls."""
     return hw.peak_tflops[dtype] * 1e12 * hw.compute_efficiency / device_share(hw)
 
 
-def power_per_device_w(hw: DictConfig) -> float:
+def power_per_device_w(hw: HardwareConfig) -> float:
     return hw.power_w / device_share(hw)
 
 
-def tier(hw: DictConfig, mesh: Mesh, dim: str) -> DictConfig:
+def tier(hw: HardwareConfig, mesh: Mesh, dim: str) -> LinkConfig:
     """The link a dimension's collectives cross. Ranks fill nodes in order (tp innermost, then
     dp, then pp): a dimension stays inside a node if its ranks' span does."""
     chosen = hw.tiers.get(dim, "auto")
@@ -30,10 +29,10 @@ def tier(hw: DictConfig, mesh: Mesh, dim: str) -> DictConfig:
         span = {"tp": mesh.tp, "dp": mesh.tp * mesh.dp, "pp": mesh.world}[dim]
         inside = span <= hw.devices and hw.devices % span == 0  # no group straddles two nodes
         chosen = "intra_node" if inside else "inter_node"
-    return hw[chosen]
+    return getattr(hw, chosen)
 
 
-def transfer_s(link: DictConfig, calls: float, wire_bytes: float) -> float:
+def transfer_s(link: LinkConfig, calls: float, wire_bytes: float) -> float:
     """Latency per call plus bytes at the bandwidth a collective reaches on this link."""
     return calls * link.latency_us * 1e-6 + wire_bytes / (
         link.bandwidth_gbs * 1e9 * link.efficiency

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omegaconf import DictConfig
-
+from runner.job import Job
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import Traffic
-from runner.mesh import Mesh, mesh_of
-from runner.models.registry import spec_for
-from runner.models.sizes import stage_layers
 from runner.planner.hardware import flops_per_device, tier, transfer_s
 
 
@@ -37,44 +33,38 @@ class StepTime:
         return 1 - self.compute_s / self.total_s if self.total_s else 0.0
 
 
-def tokens_per_sample(cfg: DictConfig) -> int:
-    return spec_for(cfg.model).tokens_per_sample(cfg.data)
+def model_flops_per_step(job: Job) -> float:
+    return job.spec.flops_per_token(job.model, job.data) * job.batch_size * job.tokens_per_sample
 
 
-def model_flops_per_step(cfg: DictConfig) -> float:
-    tokens = cfg.data.batch_size * tokens_per_sample(cfg)
-    return spec_for(cfg.model).flops_per_token(cfg.model, cfg.data) * tokens
-
-
-def rank_flops_per_step(cfg: DictConfig, mesh: Mesh) -> float:
+def rank_flops_per_step(job: Job) -> float:
     """The busiest rank's FLOPs in a step. Data parallelism splits the batch; the model's spec
     says what tensor parallelism splits; stages hold their own layers."""
-    tokens = cfg.data.batch_size * tokens_per_sample(cfg) / mesh.dp
-    stages = stage_layers(cfg.model, cfg.parallel)
-    per_token = spec_for(cfg.model).stage_flops_per_token(cfg.model, cfg.data, stages, mesh.tp)
+    mesh = job.mesh
+    tokens = job.batch_size * job.tokens_per_sample / mesh.dp
+    per_token = job.spec.stage_flops_per_token(job.model, job.data, job.stages, mesh.tp)
     per_stage = [flops * tokens for flops in per_token]
     return max(sum(per_stage[r :: mesh.pp]) for r in range(mesh.pp))
 
 
-def split_layer_passes(cfg: DictConfig, mesh: Mesh) -> float:
+def split_layer_passes(job: Job) -> float:
     """Tensor-parallel layers one rank runs forward and backward in a step (per micro-batch)."""
-    if mesh.tp < 2:
+    if job.mesh.tp < 2:
         return 0.0
-    microbatches = cfg.parallel.microbatches if mesh.pp > 1 else 1
-    stages = stage_layers(cfg.model, cfg.parallel)
-    return spec_for(cfg.model).split_layer_passes(cfg.model, stages) * microbatches / mesh.pp
+    passes = job.spec.split_layer_passes(job.model, job.stages)
+    return passes * job.microbatches / job.mesh.pp
 
 
-def step_time(cfg: DictConfig, traffic: Traffic, dtype: str = "fp32") -> StepTime:
-    hw, mesh = cfg.hardware, mesh_of(cfg)
-    compute = rank_flops_per_step(cfg, mesh) / flops_per_device(hw, dtype)
-    bubble = pipeline_bubble(cfg, mesh)
+def step_time(job: Job, traffic: Traffic, dtype: str = "fp32") -> StepTime:
+    hw, mesh = job.hardware, job.mesh
+    compute = rank_flops_per_step(job) / flops_per_device(hw, dtype)
+    bubble = pipeline_bubble(job)
     comm = {}
     for dim, payload in traffic.payload.items():
         n = getattr(mesh, dim)
         # A ring all-reduce puts 2(n-1)/n of the payload on the wire; P2P sends all of it.
         wire = payload if dim == "pp" else 2 * (n - 1) / n * payload
         comm[dim] = transfer_s(tier(hw, mesh, dim), traffic.calls[dim], wire)
-    overhead = hw.step_overhead_s + split_layer_passes(cfg, mesh) * hw.tp_layer_overhead_us * 1e-6
+    overhead = hw.step_overhead_s + split_layer_passes(job) * hw.tp_layer_overhead_us * 1e-6
     # The bubble is the share of the whole pipelined step a stage waits: b = idle / (work + idle).
     return StepTime(compute, compute * bubble / (1 - bubble), comm, overhead)

@@ -223,7 +223,7 @@ def train(
     trainer.fit(module, train_loader, val_loader)
     figures = run_figures(cfg, timing, splits.tokens_per_sample)
     figures["train_time_s"] = time.perf_counter() - start
-    figures |= priced(cfg, world_size(cfg), figures["train_time_s"])
+    figures |= priced(cfg.hardware, world_size(cfg), figures["train_time_s"])
     if run_id and trainer.global_rank == 0:
         from runner.training.record import record_training
 

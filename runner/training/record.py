@@ -9,6 +9,7 @@ from mlflow import MlflowClient
 from omegaconf import DictConfig
 
 from runner.cluster import world_size
+from runner.job import resolve_job
 from runner.layouts.pipeline import step_table
 from runner.mesh import mesh_of
 from runner.pictures import Span, rank_timeline
@@ -44,7 +45,8 @@ def record_training(
 ) -> None:
     run = Run(MlflowClient(cfg.logger.tracking_uri), run_id)
     world = world_size(cfg)
-    figures = figures | predict(cfg, world)
+    job = resolve_job(cfg)  # None for a model of the user's: nothing predicted
+    figures = figures | (predict(job) if job else {})
     run.log_metrics(figures)
     spans = [rank["spans"] for rank in gathered]
     if not (spans and all(spans)):

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from statistics import fmean
 
-from omegaconf import DictConfig
-
+from runner.job import Job
 from runner.layouts.traffic import Traffic
-from runner.mesh import Mesh
-from runner.models.spec import ModelSpec
 
 
 def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
@@ -26,16 +23,15 @@ def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
     return closed + bool(filled)
 
 
-def traffic(
-    cfg: DictConfig, spec: ModelSpec, mesh: Mesh, stages: list[range], elem: int
-) -> Traffic:
+def traffic(job: Job, elem: int) -> Traffic:
+    mesh, stages = job.mesh, job.stages
     if mesh.dp < 2:
         return Traffic()
     last = len(stages) - 1
     per_stage = [
-        spec.stage_tensors(cfg.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)
+        job.spec.stage_tensors(job.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)
     ]
     payload = sum(sum(t) for t in per_stage) * elem / mesh.pp  # every gradient a rank holds, once
-    cap = cfg.parallel.bucket_cap_mb
+    cap = job.parallel.bucket_cap_mb
     calls = fmean(bucket_count([n * elem for n in t], cap) for t in per_stage)
     return Traffic({"dp": payload}, {"dp": calls})

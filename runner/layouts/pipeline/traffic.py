@@ -3,11 +3,8 @@ gradient back, once; every tensor-parallel rank of a stage sends its own copy.""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
+from runner.job import Job
 from runner.layouts.traffic import Traffic
-from runner.mesh import Mesh
-from runner.models.spec import ModelSpec
 
 
 def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
@@ -15,19 +12,17 @@ def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
     return (stages - 1) / (virtual * microbatches + stages - 1)
 
 
-def pipeline_bubble(cfg: DictConfig, mesh: Mesh) -> float:
-    if mesh.pp < 2:
+def pipeline_bubble(job: Job) -> float:
+    if job.mesh.pp < 2:
         return 0.0
-    p = cfg.parallel
-    return bubble_fraction(mesh.pp, p.microbatches, p.virtual_stages)
+    return bubble_fraction(job.mesh.pp, job.parallel.microbatches, job.parallel.virtual_stages)
 
 
-def traffic(
-    cfg: DictConfig, spec: ModelSpec, mesh: Mesh, stages: list[range], elem: int
-) -> Traffic:
+def traffic(job: Job, elem: int) -> Traffic:
+    mesh = job.mesh
     if mesh.pp < 2:
         return Traffic()
-    boundaries = spec.boundary_elements(cfg.model, cfg.data, stages)
-    total = sum(2 * cfg.data.batch_size * n * elem for n in boundaries)
-    sends = 2 * cfg.parallel.microbatches * len(boundaries)  # per replica and shard
+    boundaries = job.spec.boundary_elements(job.model, job.data, job.stages)
+    total = sum(2 * job.batch_size * n * elem for n in boundaries)
+    sends = 2 * job.parallel.microbatches * len(boundaries)  # per replica and shard
     return Traffic({"pp": total / (mesh.pp * mesh.dp)}, {"pp": sends / mesh.pp})

@@ -1,3 +1,3 @@
 """Tensor parallelism on a device mesh: the mesh strategy (strategy.py) splits the model with its
-spec's plan (plans.py for stacks of Linear layers), DTensor's collectives are timed and counted
-(probe.py), Megatron's count predicts them (traffic.py)."""
+spec's plan, DTensor's collectives are timed and counted (probe.py), Megatron's count predicts
+them (traffic.py)."""

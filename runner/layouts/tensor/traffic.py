@@ -4,19 +4,15 @@ micro-batches run them all; each stage's shards carry their own layers' share.""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
+from runner.job import Job
 from runner.layouts.traffic import Traffic
-from runner.mesh import Mesh
-from runner.models.spec import ModelSpec
 
 
-def traffic(
-    cfg: DictConfig, spec: ModelSpec, mesh: Mesh, stages: list[range], elem: int
-) -> Traffic:
+def traffic(job: Job, elem: int) -> Traffic:
+    mesh = job.mesh
     if mesh.tp < 2:
         return Traffic()
-    samples = cfg.data.batch_size // mesh.dp  # a replica's, over its micro-batches
-    microbatches = cfg.parallel.microbatches if mesh.pp > 1 else 1
-    elements, calls = spec.tp_traffic(cfg.model, cfg.data, samples, stages, microbatches)
+    samples = job.batch_size // mesh.dp  # a replica's, over its micro-batches
+    spec, micro = job.spec, job.microbatches
+    elements, calls = spec.tp_traffic(job.model, job.data, samples, job.stages, micro)
     return Traffic({"tp": elements * elem / mesh.pp}, {"tp": calls / mesh.pp})

@@ -115,7 +115,7 @@ class FFNNSpec(ModelSpec):
         return stage_example(model, layers, first, microbatch)
 
     def parallelize(self, module: Any, tp_mesh: Any) -> Any:
-        from runner.layouts.tensor.plans import split_linear_pairs
+        from runner.models.plans import split_linear_pairs
 
         return split_linear_pairs(module, tp_mesh)
 

@@ -6,13 +6,13 @@ stamping when the bucket was ready and when its all-reduce finished. The rank is
 communication from the last bucket's launch until backward returns (DDP waits there for every
 all-reduce); Lightning's synchronizations for logging (validation's loss, a pipeline's) are wrapped
 and counted as blocked too. The training loss's mean over ranks runs beside backward
-(lit_module.py) and is read after it: any wait left for it (measured: under 0.04 ms) falls
-between backward and the optimizer, in idle.
+(runner/training/module.py) and is read after it: any wait left for it (measured: under 0.04 ms)
+falls between backward and the optimizer, in idle.
 Tensor parallelism's collectives run inside forward and backward: each is timed and counted
-(tensor_collectives.py) and its time moves from compute to comm.
+(runner/layouts/tensor/probe.py) and its time moves from compute to comm.
 
-Definitions (DESIGN.md): compute = forward + backward + optimizer work; comm = time blocked in a
-collective; idle = step wall - compute, so idle holds the exposed communication.
+Definitions (docs/measurement.md): compute = forward + backward + optimizer work; comm = time
+blocked in a collective; idle = step wall - compute, so idle holds the exposed communication.
 """
 
 import time
@@ -30,7 +30,7 @@ from runner.layouts.tensor import probe as tensor_collectives
 
 
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
-    """A step's wall time split as DESIGN.md defines it: idle = wall - compute, comm beside it."""
+    """A step's wall time split as docs/measurement.md defines it: idle = wall - compute."""
     return {
         "step_time_s": wall,
         "compute_time_s": compute,

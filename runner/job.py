@@ -1,0 +1,70 @@
+"""A job resolved once, at the top, into typed pieces: the model's spec and fields, the data's
+shape, the mesh, the layout's settings, the hardware profile, the optimizer. The planner and the fit
+checks take this rather than the composed config, and ask each piece only what they need.
+
+Resolve after the mesh (runner/mesh.py: `resolve`) and the hardware profile's completeness have
+been checked: every size is a number then. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.mesh import Mesh, mesh_of
+from runner.models.registry import spec_for
+from runner.models.sizes import stage_layers
+from runner.models.spec import ModelSpec
+from runner.schema import HardwareConfig, ParallelConfig
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Job:
+    spec: ModelSpec
+    model: dict[str, Any]  # the model's fields, as its spec reads them
+    data: dict[str, Any]  # the data's fields: batch_size (global), seq_len for text, ...
+    mesh: Mesh
+    parallel: ParallelConfig
+    hardware: HardwareConfig
+    optimizer: str
+    stages: list[range]  # each pipeline stage's layers (one stage without a pipeline)
+
+    @property
+    def batch_size(self) -> int:
+        return self.data["batch_size"]
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches a replica's share of the batch runs as (1 without a pipeline)."""
+        return self.parallel.microbatches if self.mesh.pp > 1 else 1
+
+    @property
+    def tokens_per_sample(self) -> int:
+        return self.spec.tokens_per_sample(self.data)
+
+
+def typed(schema: type[T], node: DictConfig) -> T:
+    """The schema's dataclass from a config node (ranks get plain containers, not typed nodes)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+
+
+def resolve_job(cfg: DictConfig) -> Job | None:
+    """The job of a validated config; None for a model the registry does not know (the planner
+    sizes the runner's own models only)."""
+    spec = spec_for(cfg.model)
+    if spec is None:
+        return None
+    return Job(
+        spec=spec,
+        model=OmegaConf.to_container(cfg.model, resolve=True),
+        data=OmegaConf.to_container(cfg.data, resolve=True),
+        mesh=mesh_of(cfg),
+        parallel=typed(ParallelConfig, cfg.parallel),
+        hardware=typed(HardwareConfig, cfg.hardware),
+        optimizer=cfg.trainer.optimizer,
+        stages=stage_layers(cfg.model, cfg.parallel),
+    )
