@@ -25,7 +25,7 @@ COLORS = {
 COMM_KINDS = {"all-reduce", "p2p wait", "tp all-reduce", "tp all-gather", "tp reduce-scatter"}
 
 
-Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro-batch number)
+from runner.layouts.probes import Span  # noqa: E402
 
 
 def rank_timeline(spans_by_rank: list[list[list[Span]]], title: str) -> Figure:

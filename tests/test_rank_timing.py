@@ -2,6 +2,7 @@
 
 import pytest
 
+from runner.layouts.probes import Action, Schedule, Transfer
 from runner.training.callbacks.rank_timing import Step, combine
 from runner.training.rank import set_process
 from tests.conftest import compose_job
@@ -16,8 +17,11 @@ def a_step() -> Step:
         after_backward=6.0,
         before_optimizer=6.5,
         end=7.5,
-        syncs=[(0.5, 1.0)],
-        buckets=[(3.0, 5.0, 400), (4.0, 6.0, 100)],
+        transfers=[
+            Transfer("", "all-reduce", 0.5, 1.0),
+            Transfer("dp", "all-reduce", 3.0, 5.0, 400, blocking=False),
+            Transfer("dp", "all-reduce", 4.0, 6.0, 100, blocking=False),
+        ],
     )
 
 
@@ -28,6 +32,42 @@ def test_compute_is_forward_backward_and_optimizer_work_only() -> None:
     assert f["idle_time_s"] == pytest.approx(7.5 - 4.5)
     assert f["idle_fraction"] == pytest.approx(3.0 / 7.5)
     assert f["comm_bytes_dp"] == 500
+
+
+def test_a_schedules_step_counts_its_actions_and_what_blocked_inside_them() -> None:
+    # One stage's step: forward 0-2, a P2P wait 2-3, backward 3-7 with a tensor-parallel
+    # all-reduce 4-5 inside it; the tied weights' all-reduce 9-10 closes the window at 10; the
+    # optimizer 10-11; Lightning's reduction for logging 11.2-11.4, outside the window.
+    schedule = Schedule(
+        window=(0.0, 10.0),
+        optimizer=(10.0, 11.0),
+        actions=[
+            Action("F0", 0.0, 2.0, 0),
+            Action("wait", 2.0, 3.0, -1),
+            Action("B0", 3.0, 7.0, 0),
+        ],
+        transfers=[Transfer("", "all-reduce", 9.0, 10.0)],
+        sent_bytes=128,
+    )
+    step = Step(
+        start=0.0,
+        end=11.5,
+        schedule=schedule,
+        transfers=[
+            Transfer("tp", "tp all-reduce", 4.0, 5.0, 64),
+            Transfer("", "all-reduce", 11.2, 11.4),
+        ],
+    )
+    f = step.figures()
+    assert f["compute_time_s"] == pytest.approx(
+        2 + 4 - 1 + 1
+    )  # actions less the tp wait, optimizer
+    assert f["comm_time_s"] == pytest.approx(1 + 1 + 1 + 0.2)  # P2P wait, tp, tied, logging
+    assert f["bubble_fraction"] == pytest.approx(1 - 5 / 10)
+    assert (f["comm_bytes_tp"], f["comm_bytes_pp"], f["comm_bytes_dp"]) == (64, 128, 0)
+    kinds = [kind for kind, *_ in step.spans(0.0)]
+    assert kinds == ["forward", "p2p wait", "backward", "optimizer", "all-reduce", "tp all-reduce",
+                     "all-reduce"]  # fmt: skip
 
 
 def test_the_run_takes_means_over_ranks_and_the_worst_idle_fraction() -> None:

@@ -14,13 +14,14 @@ from typing import Any
 import torch.distributed as dist
 
 from runner.compat.pipelining import wrap_p2p
+from runner.layouts.probes import Action
 
 COMPUTE = {"forward_one_chunk": "F", "backward_one_chunk": "B", "backward_weight_one_chunk": "W"}
 
 
 class PipelineTrace:
     def __init__(self) -> None:
-        self.actions: list[tuple[str, float, float, int]] = []  # kind, start, end, micro-batch
+        self.actions: list[Action] = []
         self.sent_bytes = 0
 
     def instrument(self, stages: list[Any]) -> None:
@@ -34,12 +35,12 @@ class PipelineTrace:
         def timed(chunk: int, *args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             out = fn(chunk, *args, **kwargs)
-            self.actions.append((f"{kind}{stage}", start, time.perf_counter(), chunk))
+            self.actions.append(Action(f"{kind}{stage}", start, time.perf_counter(), chunk))
             return out
 
         return timed
 
-    def take(self) -> tuple[list[tuple[str, float, float, int]], int]:
+    def take(self) -> tuple[list[Action], int]:
         """This step's actions and bytes sent, and a fresh start for the next step."""
         taken = self.actions, self.sent_bytes
         self.actions, self.sent_bytes = [], 0
@@ -71,7 +72,7 @@ def _waiting(wait: Callable) -> Callable:
     def waiting(works: Any) -> Any:
         start = time.perf_counter()
         out = wait(works)
-        _active[0].actions.append(("wait", start, time.perf_counter(), -1))
+        _active[0].actions.append(Action("wait", start, time.perf_counter(), -1))
         return out
 
     return waiting

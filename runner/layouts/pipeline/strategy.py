@@ -23,6 +23,7 @@ from runner.choices import MULTI_STAGE
 from runner.layouts import backend, timeout
 from runner.layouts.pipeline.probe import PipelineTrace
 from runner.layouts.pipeline.stages import SCHEDULES, stage_examples, stage_module, stages_of
+from runner.layouts.probes import Schedule, Transfer
 from runner.layouts.tensor.strategy import MeshStrategy
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
@@ -48,7 +49,7 @@ class PipelineStrategy(MeshStrategy):
         self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
         self.split, self.virtual = split, virtual
         self.trace = PipelineTrace()
-        self.step_record: dict[str, Any] = {}  # the last step's timeline, for RankTiming
+        self.last_schedule: Schedule | None = None  # the last step's record, for RankTiming
 
     # --- where DDP would wrap the model: split it and build the schedule ---
     def configure_ddp(self) -> None:
@@ -106,21 +107,21 @@ class PipelineStrategy(MeshStrategy):
         (self.schedule.step if train else self.schedule.eval)(*args, **kwargs)
         return torch.stack(losses).mean() if losses else torch.zeros((), device=self.root_device)
 
-    def _sync_tied_embedding(self) -> list[tuple[float, float]]:
+    def _sync_tied_embedding(self) -> list[Transfer]:
         if self.tied is None:
             return []
         part = self.lightning_module.model[0 if self.first else -1]
         start = time.perf_counter()
         dist.all_reduce(self.spec.tied_weight(part).grad, group=self.tied)
-        return [(start, time.perf_counter())]
+        return [Transfer("", "all-reduce", start, time.perf_counter())]
 
-    def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, tuple[float, float]]:
+    def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
         """Only the last stage computes the loss; every rank gets it (rank 0 logs it)."""
         start = time.perf_counter()
         c = self.coords
         src = self.shape.rank(self.last_pp, c["dp"], c["tp"])
         dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
-        return loss, (start, time.perf_counter())
+        return loss, Transfer("", "all-reduce", start, time.perf_counter())
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         optimizer = self.lightning_module.optimizers()  # Lightning's wrapper counts the step
@@ -133,13 +134,9 @@ class PipelineStrategy(MeshStrategy):
         optimizer_end = time.perf_counter()
         loss, broadcast = self._from_last_stage(loss)
         actions, sent = self.trace.take()
-        self.step_record = {
-            "window": (start, window_end),
-            "optimizer": (window_end, optimizer_end),
-            "actions": actions,
-            "sent_bytes": sent,
-            "syncs": [*syncs, broadcast],
-        }
+        self.last_schedule = Schedule(
+            (start, window_end), (window_end, optimizer_end), actions, [*syncs, broadcast], sent
+        )
         # With data-parallel replicas, the mean of theirs: the loss of the global batch.
         self.lightning_module.log("train_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)
         return loss

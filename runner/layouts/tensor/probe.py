@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from runner.compat.collectives import async_tensor_type, wrap_functional
+from runner.layouts.probes import Transfer
 
-Recorder = Callable[[str, float, float, int], None]  # kind, start, end, payload bytes
+Recorder = Callable[[Transfer], None]
 
 # function name -> (the timeline's name, does the payload count the output rather than the input).
 # Their deprecated aliases call these by module attribute: wrapping them too would count twice.
@@ -63,7 +64,8 @@ def _timed(collective: Callable, kind: str, output: bool) -> Callable:
         if isinstance(out, waitable):
             out = out.wait()
         _settle(out)
-        _recorders[0](kind, start, time.perf_counter(), _nbytes(out if output else tensor))
+        end, size = time.perf_counter(), _nbytes(out if output else tensor)
+        _recorders[0](Transfer("tp", kind, start, end, size))
         return out
 
     return timed

@@ -1,15 +1,14 @@
 """Where each rank's step time goes: compute, blocked in communication, idle; and bytes sent.
 
-Timed from what really runs. Lightning's hooks bound forward, backward and optimizer work; under
-DDP a communication hook wraps the gradient all-reduce of every bucket, counting its payload and
-stamping when the bucket was ready and when its all-reduce finished. The rank is blocked on
-communication from the last bucket's launch until backward returns (DDP waits there for every
-all-reduce); Lightning's synchronizations for logging (validation's loss, a pipeline's) are wrapped
-and counted as blocked too. The training loss's mean over ranks runs beside backward
-(runner/training/module.py) and is read after it: any wait left for it (measured: under 0.04 ms)
-falls between backward and the optimizer, in idle.
-Tensor parallelism's collectives run inside forward and backward: each is timed and counted
-(runner/layouts/tensor/probe.py) and its time moves from compute to comm.
+Timed from what really runs. Lightning's hooks bound forward, backward and optimizer work; the
+layouts' probes record every transfer the rank takes part in (runner/layouts/probes.py: a DDP
+bucket's all-reduce, overlapped with backward; a tensor-parallel collective, blocking inside a
+layer) and a schedule's actions where a schedule runs the step (a pipeline's). This callback
+combines the records and knows no layout by name. The rank is blocked from the last overlapped
+transfer's launch until backward returns (DDP waits there for every bucket); Lightning's
+reductions for logging are wrapped and counted as blocking too. The training loss's mean over
+ranks runs beside backward (runner/training/module.py) and is read after it: any wait left for it
+(measured: under 0.04 ms) falls between backward and the optimizer, in idle.
 
 Definitions (docs/measurement.md): compute = forward + backward + optimizer work; comm = time
 blocked in a collective; idle = step wall - compute, so idle holds the exposed communication.
@@ -23,10 +22,12 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.layouts.tensor import probe as tensor_collectives
+from runner.layouts.data.probe import hook_buckets
+from runner.layouts.probes import Schedule, Span, Transfer
+from runner.layouts.tensor import probe as collectives
+from runner.mesh import DIMS
 
 
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
@@ -49,91 +50,76 @@ class Step:
     end: float = 0.0
     next_start: float = 0.0  # when the next step began: the loop's full interval, for throughput
     validated: bool = False  # a validation ran between this step and the next
-    pipeline: dict[str, Any] | None = None  # a pipeline step's schedule actions (strategy's record)
-    syncs: list[tuple[float, float]] = field(default_factory=list)  # other blocking collectives
-    buckets: list[tuple[float, float, int]] = field(default_factory=list)  # ready, done, bytes
-    tensor: list[tuple[str, float, float, int]] = field(default_factory=list)  # kind, start, end, B
+    transfers: list[Transfer] = field(default_factory=list)  # what the layouts' probes recorded
+    schedule: Schedule | None = None  # a step a schedule ran as actions (a pipeline's)
+
+    def overlapped(self) -> list[Transfer]:
+        return [t for t in self.transfers if not t.blocking]
 
     @property
-    def last_ready(self) -> float:
-        return max((ready for ready, _, _ in self.buckets), default=self.after_backward)
+    def last_launch(self) -> float:
+        """The last overlapped transfer's launch: the rank is blocked from there until the phase
+        that waits for them ends (DDP waits for every bucket before backward returns)."""
+        return max((t.start for t in self.overlapped()), default=self.after_backward)
 
-    def communication(self) -> dict[str, float]:
-        """Payloads per mesh dimension, and the time tensor parallelism's collectives blocked."""
-        return {
-            "comm_bytes_dp": float(sum(size for _, _, size in self.buckets)),
-            "comm_bytes_tp": float(sum(size for *_, size in self.tensor)),
-            "tp_time": sum(end - start for _, start, end, _ in self.tensor),
-        }
+    def payloads(self) -> dict[str, float]:
+        """Bytes this rank handed to collectives, per mesh dimension."""
+        out = dict.fromkeys((f"comm_bytes_{dim}" for dim in DIMS), 0.0)
+        for t in self.transfers:
+            if t.dim:
+                out[f"comm_bytes_{t.dim}"] += t.nbytes
+        return out
 
     def figures(self) -> dict[str, float]:
-        if self.pipeline:
-            return self.pipeline_figures()
+        if self.schedule:
+            return self.schedule_figures(self.schedule)
         wall = self.end - self.start
-        grad_wait = self.after_backward - self.last_ready
-        sync = sum(end - start for start, end in self.syncs)
-        forward = self.before_backward - self.start - sync
-        compute = (
-            forward + (self.last_ready - self.before_backward) + (self.end - self.before_optimizer)
+        exposed = self.after_backward - self.last_launch
+        blocked = sum(t.seconds for t in self.transfers if t.blocking)
+        phases = (
+            (self.before_backward - self.start)
+            + (self.last_launch - self.before_backward)
+            + (self.end - self.before_optimizer)
         )
-        comm = self.communication()
-        tp_time = comm.pop("tp_time")
-        return shares(wall, compute - tp_time, grad_wait + sync + tp_time) | comm
+        return shares(wall, phases - blocked, exposed + blocked) | self.payloads()
 
-    def pipeline_figures(self) -> dict[str, float]:
-        """Compute = the schedule's forward/backward/weight actions and the optimizer, less the
-        collectives inside them (tensor parallelism's; the data-parallel all-reduce the last
-        backward waits for); comm = those, P2P waits and other collectives; the bubble = what the
-        schedule's window leaves idle."""
-        p, wall = self.pipeline, self.end - self.start
-        comm = self.communication()
-        inside = comm.pop("tp_time") + self.grad_wait()
-        work = sum(end - start for kind, start, end, _ in p["actions"] if kind != "wait") - inside
-        waits = sum(end - start for kind, start, end, _ in p["actions"] if kind == "wait")
-        syncs = sum(end - start for start, end in [*p["syncs"], *self.syncs])
-        compute = work + p["optimizer"][1] - p["optimizer"][0]
-        window = p["window"][1] - p["window"][0]
+    def schedule_figures(self, schedule: Schedule) -> dict[str, float]:
+        """Compute = the schedule's compute actions and the optimizer, less the transfers that
+        blocked inside them (in its window: tensor parallelism's; the exposed end of the data-
+        parallel all-reduce that the last backward waits for); comm = those, P2P waits and the
+        other collectives; the bubble = what the schedule's window leaves idle."""
+        wall, (w0, w1) = self.end - self.start, schedule.window
+        blocking = [t for t in self.transfers if t.blocking]
+        inside = sum(t.seconds for t in blocking if w0 <= t.start and t.end <= w1)
+        outside = sum(t.seconds for t in blocking if not (w0 <= t.start and t.end <= w1))
+        overlapped = self.overlapped()
+        if overlapped:
+            inside += max(t.end for t in overlapped) - self.last_launch
+        work = schedule.work_s() - inside
+        others = outside + sum(t.seconds for t in schedule.transfers)
+        compute = work + schedule.optimizer[1] - schedule.optimizer[0]
         return (
-            shares(wall, compute, waits + syncs + inside)
-            | comm
+            shares(wall, compute, schedule.waits_s() + others + inside)
+            | self.payloads()
             | {
-                "bubble_fraction": 1 - work / window,
-                "comm_bytes_pp": float(p["sent_bytes"]),
+                "bubble_fraction": 1 - work / (w1 - w0),
+                "comm_bytes_pp": float(schedule.sent_bytes),
             }
         )
 
-    def grad_wait(self) -> float:
-        """How long the last bucket's all-reduce outlasted its launch: the exposed part."""
-        if not self.buckets:
-            return 0.0
-        return max(done for _, done, _ in self.buckets) - self.last_ready
-
-    def spans(self, origin: float) -> list[tuple[str, float, float, str]]:
+    def spans(self, origin: float) -> list[Span]:
         """(kind, start, end, label) relative to origin, for the timeline pictures."""
-        if self.pipeline:
-            return self.pipeline_spans(origin)
-        spans = [
-            ("forward", self.start, self.before_backward),
-            ("backward", self.before_backward, self.last_ready),
-            ("optimizer", self.before_optimizer, self.end),
-        ]
-        spans += [("all-reduce", ready, done) for ready, done, _ in self.buckets]
-        spans += [("all-reduce", start, end) for start, end in self.syncs]
-        spans += [(kind, start, end) for kind, start, end, _ in self.tensor]
-        return [(kind, a - origin, b - origin, "") for kind, a, b in spans]
-
-    def pipeline_spans(self, origin: float) -> list[tuple[str, float, float, str]]:
-        names = {"F": "forward", "B": "backward", "W": "weight", "w": "p2p wait"}
-        p = self.pipeline
-        spans = [
-            (names[kind[0]], start - origin, end - origin, "" if mb < 0 else str(mb))
-            for kind, start, end, mb in p["actions"]
-        ]
-        spans.append(("optimizer", p["optimizer"][0] - origin, p["optimizer"][1] - origin, ""))
-        comm = [("all-reduce", a, b) for a, b in [*p["syncs"], *self.syncs]]
-        comm += [("all-reduce", ready, done) for ready, done, _ in self.buckets]
-        comm += [(kind, a, b) for kind, a, b, _ in self.tensor]
-        return spans + [(kind, a - origin, b - origin, "") for kind, a, b in comm]
+        if self.schedule:
+            phases = self.schedule.spans(origin)
+            transfers = [*self.schedule.transfers, *self.transfers]
+        else:
+            phases = [
+                ("forward", self.start - origin, self.before_backward - origin, ""),
+                ("backward", self.before_backward - origin, self.last_launch - origin, ""),
+                ("optimizer", self.before_optimizer - origin, self.end - origin, ""),
+            ]
+            transfers = self.transfers
+        return phases + [(t.kind, t.start - origin, t.end - origin, "") for t in transfers]
 
 
 class LoopTiming(pl.Callback):
@@ -202,28 +188,16 @@ class RankTiming(LoopTiming):
         # replicas): hook each, over its own process group (the dp dimension of a mesh).
         for model in [trainer.strategy.model, *getattr(trainer.strategy, "replicas", [])]:
             if isinstance(model, DistributedDataParallel):
-                model.register_comm_hook(model.process_group, self._counting_allreduce)
+                hook_buckets(model, self._record)
         if dist.is_available() and dist.is_initialized():
             self._wrap_reduce(trainer.strategy)
-            tensor_collectives.install(self._record_tensor)
+            collectives.install(self._record)
             dist.barrier()  # a common origin for every rank's clock
         self.origin = self.now()
 
-    def _record_tensor(self, kind: str, start: float, end: float, size: int) -> None:
+    def _record(self, transfer: Transfer) -> None:
         if self.in_step:  # validation's forward runs collectives too: not part of a step
-            self.steps[-1].tensor.append((kind, start, end, size))
-
-    def _counting_allreduce(
-        self, state: Any, bucket: dist.GradBucket
-    ) -> torch.futures.Future[torch.Tensor]:
-        step, ready = self.steps[-1], time.perf_counter()
-        size = bucket.buffer().numel() * bucket.buffer().element_size()
-
-        def done(fut: torch.futures.Future) -> torch.Tensor:
-            step.buckets.append((ready, time.perf_counter(), size))
-            return fut.value()
-
-        return allreduce_hook(state, bucket).then(done)
+            self.steps[-1].transfers.append(transfer)
 
     def _wrap_reduce(self, strategy: Any) -> None:
         """Time Lightning's reductions for logging, inside a step (validation's are not)."""
@@ -232,8 +206,7 @@ class RankTiming(LoopTiming):
         def timed_reduce(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             out = reduce(*args, **kwargs)
-            if self.in_step:
-                self.steps[-1].syncs.append((start, time.perf_counter()))
+            self._record(Transfer("", "all-reduce", start, time.perf_counter()))
             return out
 
         strategy.reduce = timed_reduce
@@ -250,7 +223,8 @@ class RankTiming(LoopTiming):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         super().on_train_batch_end(trainer)
-        self.steps[-1].pipeline = getattr(trainer.strategy, "step_record", None)
+        # A strategy that runs its steps as a schedule (the pipeline's) hands over its record.
+        self.steps[-1].schedule = getattr(trainer.strategy, "last_schedule", None)
 
     # --- the record ---
     def rank_summary(self) -> dict[str, Any]:

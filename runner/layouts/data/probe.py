@@ -1,0 +1,32 @@
+"""Data parallelism's probe: a DDP communication hook around every gradient bucket's all-reduce,
+stamping when the bucket was ready (its launch) and when its all-reduce finished, with its
+payload. The all-reduce overlaps backward: only what outlasts the last launch blocks the rank."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
+
+from runner.layouts.probes import Transfer
+
+
+def hook_buckets(ddp: DistributedDataParallel, record: Callable[[Transfer], None]) -> None:
+    """Record every bucket's all-reduce of `ddp`, over its own process group."""
+
+    def counting(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        ready = time.perf_counter()
+        size = bucket.buffer().numel() * bucket.buffer().element_size()
+
+        def done(fut: torch.futures.Future) -> torch.Tensor:
+            record(Transfer("dp", "all-reduce", ready, time.perf_counter(), size, blocking=False))
+            return fut.value()
+
+        return allreduce_hook(state, bucket).then(done)
+
+    ddp.register_comm_hook(ddp.process_group, counting)

@@ -1,0 +1,71 @@
+"""What a layout's probe records of a step: typed, so the timing callback combines any layout's
+records without knowing which layout made them. Torch-free.
+
+A Transfer is one collective or point-to-point call this rank took part in. How it blocks the
+rank decides where its time goes:
+- `blocking`: the rank waits for it where it is called (a tensor-parallel all-reduce inside a
+  layer, the loss's reduction for logging): its whole span is communication, not compute;
+- overlapped (not blocking): launched while compute goes on and waited for at the end of the
+  phase (a DDP gradient bucket): only what outlasts the last launch is exposed.
+A Schedule is a step whose work a schedule ran as actions (a pipeline's forward, backward and
+weight-gradient chunks, and its P2P waits), in place of the forward/backward hooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro-batch number)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    dim: str  # the mesh dimension whose traffic it is: dp | tp | pp; "" for logging's reductions
+    kind: str  # the timeline's name: "all-reduce", "tp all-reduce", ...
+    start: float  # when it was launched (a bucket: when its gradients were ready)
+    end: float  # when it was done
+    nbytes: int = 0  # payload S, as nccl-tests names it
+    blocking: bool = True
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "F<stage>", "B<stage>", "W<stage>" (compute), or "wait" (blocked on P2P)
+    start: float
+    end: float
+    microbatch: int  # -1 for a wait
+
+    @property
+    def computes(self) -> bool:
+        return self.kind != "wait"
+
+
+@dataclass
+class Schedule:
+    """One step as a pipeline schedule ran it, on this rank."""
+
+    window: tuple[float, float]  # the schedule's start and end (the tied weights' sum included)
+    optimizer: tuple[float, float]
+    actions: list[Action] = field(default_factory=list)
+    transfers: list[Transfer] = field(default_factory=list)  # the strategy's own collectives
+    sent_bytes: int = 0  # P2P payload this rank sent
+
+    def work_s(self) -> float:
+        return sum(a.end - a.start for a in self.actions if a.computes)
+
+    def waits_s(self) -> float:
+        return sum(a.end - a.start for a in self.actions if not a.computes)
+
+    def spans(self, origin: float) -> list[Span]:
+        names = {"F": "forward", "B": "backward", "W": "weight", "w": "p2p wait"}
+        spans = [
+            (names[a.kind[0]], a.start - origin, a.end - origin, "" if a.microbatch < 0 else
+             str(a.microbatch))
+            for a in self.actions
+        ]  # fmt: skip
+        start, end = self.optimizer
+        return [*spans, ("optimizer", start - origin, end - origin, "")]
