@@ -1,5 +1,5 @@
-"""One job: validate (resolving the mesh first), then run its mode (runner/modes/), recorded in one
-MLflow run."""
+"""One job: resolve its mesh, check it, then run its mode (runner/modes/), recorded in one MLflow
+run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner import choices
-from runner.validate import validate
+from runner.validate import check, resolve_mesh
 
 # mode -> its module under runner/modes/, imported only when chosen (training imports torch).
 MODES = {mode: f"runner.modes.{mode}" for mode in choices.MODES}
@@ -19,5 +19,6 @@ MODES = {mode: f"runner.modes.{mode}" for mode in choices.MODES}
 def run_job(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    validate(cfg)  # before anything heavy is imported or any run is opened
+    # Before anything heavy is imported or any run is opened: the mesh's sizes, then the checks.
+    check(cfg, resolve_mesh(cfg))
     return importlib.import_module(MODES[cfg.mode]).run(cfg, choices, overrides)

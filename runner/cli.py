@@ -17,7 +17,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.schema import register_configs
+from runner.config import register_configs
 from runner.validate import ConfigError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config import HardwareConfig, ParallelConfig
 from runner.mesh import Mesh, mesh_of
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
 from runner.models.spec import ModelSpec
-from runner.schema import HardwareConfig, ParallelConfig
 
 T = TypeVar("T")
 

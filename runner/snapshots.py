@@ -31,6 +31,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor
 
+from runner.compat.ddp_dtensor import shard_spec
 from runner.errors import ConfigError, require
 from runner.mesh import mesh_of
 
@@ -70,7 +71,7 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     localized = getattr(trainer.strategy, "localized", [])
     optimizer, swaps = trainer.optimizers[0], []
     for owner, attr, local in localized:
-        spec = local._st_info
+        spec = shard_spec(local)
         shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
         swaps.append((owner, attr, getattr(owner, attr), local, shard))
         swap(owner, attr, optimizer, local, shard, lambda v, spec=spec: as_dtensor(v, spec))

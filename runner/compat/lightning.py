@@ -2,8 +2,9 @@
 flag before every step: one more blocking collective a step, 5-10 % of a small model's DDP step
 here (Lightning issue 21487; PR 21640 would add `broadcast_sigterm_every_n_steps`); and its
 handler broadcasts too, which over a group that lost a rank raises inside whatever the rank was
-doing (seen: rank 0 writing its last losses). Both are private attributes of the Trainer.
-Checked on pytorch-lightning 2.6.
+doing (seen: rank 0 writing its last losses). Both are private attributes of the Trainer. And the
+progress bar's private `_should_update`, which the runner's bar overrides to redraw at most four
+times a second. Checked on pytorch-lightning 2.6.
 """
 
 from __future__ import annotations
@@ -14,6 +15,14 @@ from typing import Any
 from runner.compat import private
 
 CHECKED = "2.6"
+
+
+def progress_bar_base() -> type:
+    """Lightning's TQDMProgressBar, whose private `_should_update` the runner's bar overrides."""
+    from pytorch_lightning.callbacks import TQDMProgressBar
+
+    private(TQDMProgressBar, "_should_update", "TQDMProgressBar", "pytorch-lightning", CHECKED)
+    return TQDMProgressBar
 
 
 def replace_sigterm_handling(trainer: Any, handler: Callable[..., Any]) -> None:

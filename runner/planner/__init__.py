@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.config import PlanConfig
 from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
@@ -15,7 +16,6 @@ from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share
 from runner.planner.memory import DTYPE_BYTES, memory_per_device_gib
 from runner.planner.timing import model_flops_per_step, step_time
-from runner.schema import PlanConfig
 
 __all__ = ["plan", "predict", "ring_allreduce_bytes"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
+from runner.config import HardwareConfig, PlanConfig
 from runner.planner.hardware import power_per_device_w
-from runner.schema import HardwareConfig, PlanConfig
 
 
 def energy_kwh(hw: HardwareConfig, world: int, seconds: float) -> float:

@@ -3,8 +3,8 @@ each mesh dimension's traffic crosses."""
 
 from __future__ import annotations
 
+from runner.config import HardwareConfig, LinkConfig
 from runner.mesh import Mesh
-from runner.schema import HardwareConfig, LinkConfig
 
 
 def device_share(hw: HardwareConfig) -> int:

@@ -17,8 +17,10 @@ from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from runner.compat.ddp_dtensor import localized_shards
 from runner.layouts import backend, timeout
 from runner.mesh import DIMS, Mesh
 from runner.models.registry import spec_for
@@ -62,6 +64,7 @@ class MeshStrategy(DDPStrategy):
         if self.shape.dp == 1:
             return module
         gpu = self.root_device.type == "cuda"
+        split = any(isinstance(p, DTensor) for p in module.parameters())
         replica = DistributedDataParallel(
             module,
             device_ids=[self.root_device.index] if gpu else None,
@@ -70,13 +73,12 @@ class MeshStrategy(DDPStrategy):
             broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
         )
         self.replicas.append(replica)
-        # torch's DDP over DTensor shards (_pre_dp_module_transform) keeps each as a plain local
-        # tensor with its DTensor spec in `_st_info`; after the first forward the module lists
-        # none of them. The optimizer holds these tensors: a snapshot needs them.
-        for name, param in module.named_parameters():
-            if hasattr(param, "_st_info"):
-                owner, _, attr = name.rpartition(".")
-                self.localized.append((module.get_submodule(owner), attr, param))
+        # DDP keeps each DTensor shard as a plain local tensor (runner/compat/ddp_dtensor.py);
+        # after the first forward the module lists none of them. The optimizer holds these
+        # tensors: a snapshot needs them.
+        for name, param in localized_shards(module, split):
+            owner, _, attr = name.rpartition(".")
+            self.localized.append((module.get_submodule(owner), attr, param))
         return replica
 
     def configure_ddp(self) -> None:

@@ -6,10 +6,10 @@ waits for at the next all-reduce: a few per cent of a small model's step.
 
 import time
 
-from pytorch_lightning.callbacks import TQDMProgressBar
+from runner.compat.lightning import progress_bar_base
 
 
-class ProgressBar(TQDMProgressBar):
+class ProgressBar(progress_bar_base()):
     def __init__(self, every_s: float = 0.25) -> None:
         super().__init__()
         self.every_s, self.drawn = every_s, 0.0

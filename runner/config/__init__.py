@@ -1,0 +1,65 @@
+"""Dataclass schemas of every config group, one module a group with the rules of that group beside
+it, registered with Hydra's ConfigStore. A model's schema lives in its folder (runner/models/).
+
+Each YAML option names its schema first in its defaults list, so a wrong type or an unknown key
+fails at composition time, before anything is imported or launched. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from runner.config.data import DataConfig, TextDataConfig
+from runner.config.example import ExampleConfig
+from runner.config.faults import CheckpointConfig, DistConfig, FaultConfig
+from runner.config.hardware import HardwareConfig, LinkConfig
+from runner.config.logger import LoggerConfig
+from runner.config.parallel import ParallelConfig
+from runner.config.plan import PlanConfig, ReportConfig
+from runner.config.trainer import TrainerConfig
+from runner.models.registry import SPECS
+
+__all__ = ["Config", "HardwareConfig", "LinkConfig", "ParallelConfig", "PlanConfig"]
+__all__ += ["register_configs"]
+
+
+@dataclass
+class Config:
+    model: Any = MISSING
+    data: Any = MISSING
+    parallel: ParallelConfig = MISSING
+    hardware: HardwareConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 0
+    mode: str = "train"  # one of runner.choices.MODES
+    example: ExampleConfig | None = None
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    fault: FaultConfig = field(default_factory=FaultConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str | None = None  # auto (the newest complete snapshot) or a run id
+
+
+SCHEMAS: dict[str, dict[str, type]] = {
+    "model": {name: spec.config for name, spec in SPECS.items()},
+    "data": {"tabular": DataConfig, "text": TextDataConfig},
+    "parallel": {"parallel": ParallelConfig},
+    "hardware": {"hardware": HardwareConfig},
+    "trainer": {"trainer": TrainerConfig},
+    "logger": {"logger": LoggerConfig},
+}
+
+
+def register_configs() -> None:
+    """Store every schema as `<group>/<name>_schema`, and the root as `config_schema`."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for group, schemas in SCHEMAS.items():
+        for name, node in schemas.items():
+            cs.store(group=group, name=f"{name}_schema", node=node)

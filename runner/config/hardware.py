@@ -1,0 +1,98 @@
+"""The hardware group: a device, the network between devices, power and price; and its rules
+(a profile must be complete and physical: the planner prices jobs with it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+
+from runner.choices import ACCELERATORS, TIERS
+from runner.errors import one_of, positive, require
+
+PROFILE = ("peak_tflops", "compute_efficiency", "power_w", "intra_node", "inter_node")
+LINK = ("name", "bandwidth_gbs", "latency_us", "efficiency")
+
+
+@dataclass
+class LinkConfig:
+    """One tier of the network, as a collective between devices of this tier sees it."""
+
+    name: str = MISSING  # e.g. NVLink 4, InfiniBand NDR, gloo over loopback
+    bandwidth_gbs: float = MISSING  # GB/s each way, per device
+    latency_us: float = MISSING  # per message, software included
+    efficiency: float = MISSING  # share of the bandwidth a collective reaches (0..1]
+
+
+@dataclass
+class HardwareConfig:
+    accelerator: str = "cpu"  # cpu (gloo) | gpu (nccl)
+    devices: int | None = None  # processes (one per device) per node; None: what the mesh needs
+    nodes: int = 1  # more than 1: start one runner per node with torchrun or SLURM
+    threads_per_rank: int | None = None  # None: cores / ranks
+    keep_freed_memory: bool = True  # glibc's malloc keeps a step's freed memory for the next
+    memory_gib: float | None = None  # per device; None: read from this host
+    # Per device by dtype (fp32, bf16); on a CPU, the whole host's (its devices share the cores).
+    peak_tflops: dict[str, float] = MISSING
+    compute_efficiency: float = MISSING  # share of peak that a training step's matmuls reach
+    step_overhead_s: float = 0.0  # fixed cost of every step: Python, framework, optimizer launch
+    # Software cost of one tensor-parallel layer's forward and backward beyond its compute and
+    # collectives (DTensor's dispatch), per micro-batch.
+    tp_layer_overhead_us: float = 0.0
+    power_w: float = MISSING  # per device (on a CPU: the host's, shared by its devices)
+    pue: float = 1.0  # facility power / IT power
+    usd_per_kwh: float = 0.10
+    intra_node: LinkConfig = MISSING  # NVLink, PCIe, or loopback between processes of a host
+    inter_node: LinkConfig = MISSING  # InfiniBand, RoCE, Ethernet
+    # Which tier each mesh dimension's traffic crosses: intra_node | inter_node | auto (by where
+    # its ranks sit: tp innermost, then dp, then pp, devices-per-node ranks to a node).
+    tiers: dict[str, str] = field(default_factory=lambda: dict.fromkeys(("dp", "pp", "tp"), "auto"))
+
+
+def check_hardware(hw: Any, train: bool) -> None:
+    positive(hw, "hardware", "nodes")
+    one_of(hw.accelerator, "hardware.accelerator", ACCELERATORS)
+    threads = hw.threads_per_rank
+    require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
+    require(hw.devices is None or hw.devices > 0, "hardware.devices", "must be positive or null")
+    if hw.accelerator == "gpu" and train:
+        import torch  # only when a GPU is asked for: the CPU path stays free of heavy imports
+
+        require(
+            torch.cuda.is_available(), "hardware.accelerator", "gpu, but no CUDA device is visible"
+        )
+
+
+def missing(node: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        require(
+            not OmegaConf.is_missing(node, name),
+            f"{prefix}.{name}",
+            "missing: every hardware profile gives it (see conf/hardware/)",
+        )
+
+
+def fraction(value: float, key: str) -> None:
+    require(0 < value <= 1, key, f"must be in (0, 1], got {value}")
+
+
+def check_profile(hw: Any) -> None:
+    """A hardware profile is complete and physical: the planner prices jobs with it."""
+    missing(hw, "hardware", *PROFILE)
+    positive(hw, "hardware", "power_w", "pue")
+    fraction(hw.compute_efficiency, "hardware.compute_efficiency")
+    for name in ("usd_per_kwh", "step_overhead_s", "tp_layer_overhead_us"):
+        require(hw[name] >= 0, f"hardware.{name}", f"must be 0 or more, got {hw[name]}")
+    require(hw.memory_gib is None or hw.memory_gib > 0, "hardware.memory_gib", "must be positive")
+    for dtype, tflops in hw.peak_tflops.items():
+        require(tflops > 0, f"hardware.peak_tflops.{dtype}", f"must be positive, got {tflops}")
+    for tier in ("intra_node", "inter_node"):
+        link = hw[tier]
+        missing(link, f"hardware.{tier}", *LINK)
+        positive(link, f"hardware.{tier}", "bandwidth_gbs")
+        require(link.latency_us >= 0, f"hardware.{tier}.latency_us", "must be 0 or more")
+        fraction(link.efficiency, f"hardware.{tier}.efficiency")
+    for dim, tier in hw.tiers.items():
+        one_of(dim, "hardware.tiers", ("dp", "pp", "tp"))
+        one_of(tier, f"hardware.tiers.{dim}", TIERS)

@@ -1,0 +1,22 @@
+"""The parallel group: the device mesh and the layouts' settings. Its rules need the resolved
+mesh and the model: each layout's live with it (runner/layouts/rules.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ParallelConfig:
+    # The device mesh: data-parallel replicas x pipeline stages x tensor-parallel shards. One size
+    # may be null: it takes the processes the others leave (runner/mesh.py).
+    dp: int | None = 1
+    pp: int | None = 1
+    tp: int | None = 1
+    # DDP's gradient bucket size, one all-reduce per bucket; null: torch's default, 25 MiB after
+    # a first bucket of 1 MiB, whose all-reduce starts while backward still runs
+    bucket_cap_mb: float | None = None
+    microbatches: int = 1  # pipeline: micro-batches per global batch (1: plain model parallelism)
+    schedule: str = "1f1b"  # pipeline: one of runner.choices.SCHEDULES
+    virtual_stages: int = 1  # pipeline: stages per rank (interleaved schedules)
+    split: list[int] | None = None  # pipeline: layers per stage; None splits evenly
