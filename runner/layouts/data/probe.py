@@ -2,8 +2,8 @@
 stamping when the bucket was ready (its launch) and when its all-reduce finished, with its
 payload. The all-reduce overlaps backward: only what outlasts the last launch blocks the rank."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: DDP reads the hook's annotations and wants the class
+# dist.GradBucket itself, not its name.
 import time
 from collections.abc import Callable
 from typing import Any
