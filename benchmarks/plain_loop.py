@@ -38,8 +38,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 from runner.cli import CONF_DIR
+from runner.config import register_configs
 from runner.losses import LOSSES
-from runner.schema import register_configs
 
 RESULTS_ENV = "PLAIN_LOOP_RESULTS"  # a folder: each rank writes rank_<r>.json there
 PREFIX = "plain_loop rank "  # without it, each rank's stdout line: `plain_loop rank <r>: {...}`

@@ -48,8 +48,10 @@ class Job:
 
 
 def typed(schema: type[T], node: DictConfig) -> T:
-    """The schema's dataclass from a config node (ranks get plain containers, not typed nodes)."""
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+    """The schema's dataclass from a config node (ranks get plain containers, not typed nodes).
+    Resolved first, in place: an interpolation may point outside the node (`${parallel.pp}`)."""
+    plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), plain))
 
 
 def resolve_job(cfg: DictConfig) -> Job | None:

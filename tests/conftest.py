@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 from omegaconf import DictConfig, open_dict
 
 from runner.cli import CONF_DIR
-from runner.schema import register_configs
+from runner.config import register_configs
 
 register_configs()
 

@@ -134,6 +134,13 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(store: s
         for key, value in metrics.items():
             client.log_metric(run.info.run_id, key, value)
         client.set_terminated(run.info.run_id)
+    # A newer sweep of plans (README's order): nothing to compare, so the report passes it over.
+    plans = client.create_run(exp, tags={"mode": "sweep"}).info.run_id
+    plan = client.create_run(exp, tags={"mode": "plan", "mlflow.parentRunId": plans})
+    client.set_terminated(plan.info.run_id)
+    cfg, choices = compose_job("mode=report", f"report.sweep={plans}")
+    with pytest.raises(validate.ConfigError, match="holds plan runs, not training runs"):
+        run_job(cfg, choices, ["mode=report"])
     cfg, choices = compose_job("mode=report")
     result = run_job(cfg, choices, ["mode=report"])
     assert result["median_abs_error/step_time_s"] == pytest.approx(0.2)

@@ -30,15 +30,38 @@ FIGURES = {
 
 
 def sweep_runs(client: MlflowClient, cfg: DictConfig) -> tuple[str, list[MlflowRun]]:
+    """report.sweep's finished training runs, or the newest sweep's that has 2 or more (a newer
+    sweep of plans, mode=plan, has none to compare)."""
     exp = experiment_id(client, cfg.logger.experiment_name)
-    sweep = cfg.report.sweep
-    if sweep is None:
-        newest = client.search_runs(
-            [exp], "tags.mode = 'sweep'", order_by=["attributes.start_time DESC"], max_results=1
-        )
-        if not newest:
-            raise ConfigError("report.sweep", "no sweep in this experiment: run one with -m first")
-        sweep = newest[0].info.run_id
+    if cfg.report.sweep is not None:
+        sweep = cfg.report.sweep
+        trained, finished = training_runs(client, exp, sweep)
+        if len(trained) < 2:
+            kinds = sorted({r.data.tags.get("mode", "?") for r in finished} - {"train"})
+            held = f"; it holds {', '.join(kinds)} runs, not training runs" if kinds else ""
+            raise ConfigError(
+                "report.sweep", f"{sweep} has {len(trained)} finished training run(s){held}"
+            )
+        return sweep, trained
+    sweeps = client.search_runs(
+        [exp], "tags.mode = 'sweep'", order_by=["attributes.start_time DESC"]
+    )
+    for newest in sweeps:
+        trained, _ = training_runs(client, exp, newest.info.run_id)
+        if len(trained) >= 2:
+            return newest.info.run_id, trained
+    raise ConfigError(
+        "report.sweep",
+        f"none of the {len(sweeps)} sweep(s) in this experiment has 2 finished training runs: "
+        "run one with -m first (a sweep of mode=plan trains nothing)",
+    )
+
+
+def training_runs(
+    client: MlflowClient, exp: str, sweep: str
+) -> tuple[list[MlflowRun], list[MlflowRun]]:
+    """The sweep's finished training runs with a step time measured and predicted, oldest first;
+    and all its finished runs."""
     runs = client.search_runs(
         [exp], f"tags.`mlflow.parentRunId` = '{sweep}' and attributes.status = 'FINISHED'"
     )
@@ -48,9 +71,7 @@ def sweep_runs(client: MlflowClient, cfg: DictConfig) -> tuple[str, list[MlflowR
         if r.data.tags.get("mode") == "train"
         and {"step_time_s", "pred/step_time_s"} <= r.data.metrics.keys()
     ]
-    if len(trained) < 2:
-        raise ConfigError("report.sweep", f"{sweep} has {len(trained)} finished training run(s)")
-    return sweep, sorted(trained, key=lambda r: r.info.start_time)
+    return sorted(trained, key=lambda r: r.info.start_time), runs
 
 
 def errors(runs: list[MlflowRun]) -> dict[str, list[float]]:
