@@ -1,9 +1,9 @@
 """`make bench`: every benchmark, one after another, and a table of their last lines.
 
 Each benchmark runs as its own process and prints its own table; this collects the lines that
-carry a target into one Markdown table with the date, the machine and the command. With --readme
-the table also replaces the one in README.md (between the `bench` markers).
-Usage: .venv/bin/python -m benchmarks [--readme]
+carry a target into one Markdown table with the date, the machine and the command. With --docs
+the table also replaces the one in docs/benchmarks.md (between the `bench` markers).
+Usage: .venv/bin/python -m benchmarks [--docs]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from benchmarks.common import machine
 
 BENCHMARKS = ["overhead", "startup", "pipeline_bubble"]
 RESULT = re.compile(r"^(?P<name>.+): (?P<value>[-+0-9.]+) \(target (?P<target>.+)\)$")
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 MARKERS = ("<!-- bench -->", "<!-- /bench -->")
 
 
@@ -71,11 +71,11 @@ def table(results: list[dict[str, str]], minutes: float) -> str:
     return "\n".join(lines)
 
 
-def update_readme(text: str) -> None:
-    readme = README.read_text()
-    head, rest = readme.split(MARKERS[0], 1)
+def update_page(text: str) -> None:
+    page = PAGE.read_text()
+    head, rest = page.split(MARKERS[0], 1)
     _, tail = rest.split(MARKERS[1], 1)
-    README.write_text(f"{head}{MARKERS[0]}\n{text}\n{MARKERS[1]}{tail}")
+    PAGE.write_text(f"{head}{MARKERS[0]}\n{text}\n{MARKERS[1]}{tail}")
 
 
 def main() -> None:
@@ -83,8 +83,8 @@ def main() -> None:
     results = [r for name in BENCHMARKS for r in run(name)]
     text = table(results, (time.perf_counter() - start) / 60)
     print(text)
-    if "--readme" in sys.argv[1:]:
-        update_readme(text)
+    if "--docs" in sys.argv[1:]:
+        update_page(text)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def last_metrics(cwd: str | Path) -> dict[str, float]:
 
 
 def machine() -> str:
-    """Cores and CPU model, as the README's table names the machine."""
+    """Cores and CPU model, as the benchmarks' table names the machine."""
     model = platform.processor() or platform.machine()
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():

@@ -37,9 +37,9 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
+from runner import plain_loop
 from runner.cli import CONF_DIR
 from runner.config import register_configs
-from runner.losses import LOSSES
 
 RESULTS_ENV = "PLAIN_LOOP_RESULTS"  # a folder: each rank writes rank_<r>.json there
 PREFIX = "plain_loop rank "  # without it, each rank's stdout line: `plain_loop rank <r>: {...}`
@@ -89,23 +89,16 @@ def batches(cfg: DictConfig, world: int, rank: int) -> Iterator[tuple[torch.Tens
 def train(cfg: DictConfig, world: int = 1, rank: int = 0) -> tuple[list[float], list[float]]:
     """Every step's start and its compute time (forward, loss, backward, optimizer step)."""
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
-    torch.manual_seed(cfg.seed)
-    model = instantiate(cfg.model, _convert_="all")
-    if world > 1:
+    model, optimizer, loss_fn = plain_loop.build(cfg)
+    if world > 1:  # the optimizer holds the same parameters, which DDP only wraps
         model = DistributedDataParallel(model, broadcast_buffers=False)
-    optimizer = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[cfg.trainer.optimizer](
-        model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay
-    )
-    loss_fn, starts, computes = LOSSES[cfg.data.loss], [], []
-    for step, (x, y) in enumerate(batches(cfg, world, rank)):
-        if step == cfg.trainer.max_steps:
+    starts, computes = [], []
+    for index, (x, y) in enumerate(batches(cfg, world, rank)):
+        if index == cfg.trainer.max_steps:
             break
         starts.append(time.perf_counter())
-        optimizer.zero_grad()
         begun = time.perf_counter()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
+        loss = plain_loop.step(model, optimizer, loss_fn, x, y)
         computes.append(time.perf_counter() - begun)  # with DDP, backward holds the all-reduce
         loss.item()
     return starts, computes

@@ -7,12 +7,11 @@ import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from runner import choices, losses, validate
+from runner import choices, losses, optimizers, validate
 from runner.cli import CONF_DIR
 from runner.layouts.pipeline import stages
 from runner.models import activations
 from runner.modes import example as worked_examples
-from runner.training import module as lit_module
 from tests.conftest import compose_job
 
 # A model whose data the option fits, for groups where the default model would not.
@@ -143,6 +142,6 @@ def test_semantic_errors_name_the_key(overrides: list[str], key: str) -> None:
 def test_names_the_validator_allows_are_the_ones_that_exist() -> None:
     assert set(choices.ACTIVATIONS) == set(activations.ACTIVATIONS)
     assert set(choices.LOSSES) == set(losses.LOSSES)
-    assert set(choices.OPTIMIZERS) == set(lit_module.OPTIMIZERS)
+    assert set(choices.OPTIMIZERS) == set(optimizers.OPTIMIZERS)
     assert set(choices.EXAMPLES) == set(worked_examples.EXAMPLES)
     assert set(choices.SCHEDULES) == set(stages.SCHEDULES)

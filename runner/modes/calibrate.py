@@ -66,11 +66,11 @@ def runner_step_time(cfg: DictConfig) -> float:
 
 def random_batch(cfg: DictConfig, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of the configured shape; the values do not change the time a step takes."""
-    m, b = cfg.model, cfg.data.batch_size
+    b = cfg.data.batch_size
     if cfg.data.get("seq_len"):  # token ids in, next token ids out
         tokens = torch.randint(0, cfg.data.vocab_size, (b, cfg.data.seq_len))
         return tokens, tokens
-    x = torch.randn(b, cfg.data.n_features or m.get("in_features", m.get("n_inputs")))
+    x = torch.randn(b, cfg.data.n_features)
     out = model(x)
     if cfg.data.loss == "cross_entropy":
         return x, torch.randint(0, out.shape[-1], (b,))
@@ -79,20 +79,13 @@ def random_batch(cfg: DictConfig, model: nn.Module) -> tuple[torch.Tensor, torch
 
 def plain_step_time(cfg: DictConfig) -> float:
     """The same step in a plain PyTorch loop: forward, loss, backward, the optimizer."""
-    from hydra.utils import instantiate
+    from runner import plain_loop
 
-    from runner.losses import LOSSES
-    from runner.training.module import OPTIMIZERS
-
-    torch.manual_seed(cfg.seed)
-    model = instantiate(cfg.model, _convert_="all")
-    optimizer = OPTIMIZERS[cfg.trainer.optimizer](model.parameters(), lr=cfg.trainer.lr)
-    loss_fn, (x, y) = LOSSES[cfg.data.loss], random_batch(cfg, model)
+    model, optimizer, loss_fn = plain_loop.build(cfg)
+    x, y = random_batch(cfg, model)
 
     def step() -> None:
-        optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
-        optimizer.step()
+        plain_loop.step(model, optimizer, loss_fn, x, y)
 
     for _ in range(QUICK["warmup_steps"]):
         step()

@@ -8,11 +8,7 @@ import torch.distributed as dist
 from torch import nn
 
 from runner.losses import LOSSES
-
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
-    "adamw": torch.optim.AdamW,
-    "sgd": torch.optim.SGD,
-}
+from runner.optimizers import OPTIMIZERS
 
 
 def mean_over_ranks(value: torch.Tensor) -> Callable[[], torch.Tensor]:

@@ -1,0 +1,39 @@
+"""The plain PyTorch training step, with none of the runner's machinery: forward, loss, backward,
+the optimizer. What a user writes by hand: mode=calibrate times it on this host (it sets the
+profile's compute efficiency), and the benchmarks compare the runner's throughput with a loop of
+it (benchmarks/plain_loop.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch import nn
+
+from runner.losses import LOSSES, Loss
+from runner.optimizers import OPTIMIZERS
+
+
+def build(cfg: DictConfig) -> tuple[nn.Module, torch.optim.Optimizer, Loss]:
+    """The config's model (seeded), its optimizer and its loss, as the runner builds them."""
+    torch.manual_seed(cfg.seed)
+    model = instantiate(cfg.model, _convert_="all")
+    t = cfg.trainer
+    optimizer = OPTIMIZERS[t.optimizer](model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    return model, optimizer, LOSSES[cfg.data.loss]
+
+
+def step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Loss,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
+    """One training step; with DDP, backward holds the gradients' all-reduce."""
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
