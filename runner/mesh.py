@@ -54,7 +54,7 @@ class Mesh:
 
 
 def mesh_of(cfg: DictConfig) -> Mesh:
-    """The mesh of a settled config (see `resolve`): every size is a number."""
+    """The mesh of a resolved config (see `resolve`): every size is a number."""
     p = cfg.parallel
     return Mesh(pp=p.pp, dp=p.dp, tp=p.tp)
 
