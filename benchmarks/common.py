@@ -57,9 +57,15 @@ def stop(process: subprocess.Popen[str], sig: signal.Signals) -> tuple[str, str]
         return process.communicate()
 
 
-def runner(*args: str, cwd: str | Path, timeout_s: float | None = None) -> str:
+# The longest a benchmark's run may take: the longest here (planner_accuracy's sweep of 8 layouts)
+# takes 1-2 min; one still running after this is stuck (a rank, a rendezvous), and the benchmark
+# stops with its error rather than waiting out the launcher's own timeouts (15 min).
+RUN_LIMIT_S = 600
+
+
+def runner(*args: str, cwd: str | Path, timeout_s: float = RUN_LIMIT_S) -> str:
     """Run `python -m runner ARGS` in cwd; its standard output. Exits with its error, or if it
-    runs longer than timeout_s (None: no limit)."""
+    runs longer than timeout_s."""
     done = bounded([sys.executable, "-m", "runner", *args], timeout_s, cwd=cwd)
     if done.returncode:
         sys.exit(f"python -m runner {' '.join(args)} failed:\n{done.stderr[-3000:]}")

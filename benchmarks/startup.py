@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.common import QUIET, ratio_line, timed_runner, training_runs
+from benchmarks.common import QUIET, RUN_LIMIT_S, ratio_line, timed_runner, training_runs
 
 REPEATS = 3
 SWEEP_STEPS = 60
@@ -42,7 +42,8 @@ def best_wall(*args: str, cwd: str) -> float:
 def interpreter_startup() -> float:
     def once() -> float:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch, pytorch_lightning"], check=True)
+        imports = [sys.executable, "-c", "import torch, pytorch_lightning"]
+        subprocess.run(imports, check=True, timeout=RUN_LIMIT_S)
         return time.perf_counter() - start
 
     return min(once() for _ in range(REPEATS))

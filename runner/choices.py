@@ -1,8 +1,8 @@
 """One list of each choice a config can make, for the schema's comments, validation and the code.
 
 Torch-free: validation reads these before anything heavy is imported. The code's tables are keyed
-by these very names (runner/models/activations.py, runner/losses.py, runner/training/module.py,
-runner/layouts/pipeline/schedules.py), and a test checks each table covers its list.
+by these very names (runner/models/activations.py, runner/losses.py, runner/optimizers.py,
+runner/layouts/pipeline/stages.py), and a test checks each table covers its list.
 """
 
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "none")

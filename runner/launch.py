@@ -106,7 +106,7 @@ def last_snapshot(run_dir: Path, started: float) -> tuple[int, float]:
 
 
 def reached(folder: str, world: int) -> dict[int, int]:
-    """The step each rank had reached (runner.callbacks.faults.Progress); -1: not even the first."""
+    """The step each rank had reached (training/callbacks/faults.py: Progress); -1: none yet."""
     steps = dict.fromkeys(range(world), -1)
     for path in Path(folder).iterdir():
         steps[int(path.name.split("_")[1])] = int(path.read_text() or -1)

@@ -107,7 +107,7 @@ def check(cfg: DictConfig, mesh: Mesh) -> None:
         check_fits(job)  # then: nothing else matters for a model too large to train
     if job is not None:
         job.spec.check(job.model, job.data, cfg.mode == "train")
-    check_data(cfg.data, cfg.model)
+    check_data(cfg.data, job.spec.output_activation(job.model) if job else None)
     check_trainer(cfg.trainer)
     if cfg.mode == "train":  # the runner trains in fp32: its predictions need that figure
         require("fp32" in cfg.hardware.peak_tflops, "hardware.peak_tflops", "needs an fp32 figure")

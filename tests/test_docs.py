@@ -408,6 +408,22 @@ def check_price(o: Outcome, history: list[Outcome]) -> bool:
     return True
 
 
+def check_fits(o: Outcome, history: list[Outcome]) -> bool:
+    """planner.md: after the plan sweep, "Two layouts fit: tp 4 x pp 16 and tp 8 x pp 16": the
+    children tagged fits=yes are exactly those."""
+    said = re.match(r"\s*\w+ layouts fit: ((?:tp \d+ x pp \d+(?:,| and)? ?)+)", o.cmd.block.after)
+    if not (said and is_sweep(o.cmd) and o.cmd.last_in_block):
+        return False
+    named = {tuple(map(int, pair)) for pair in re.findall(r"tp (\d+) x pp (\d+)", said.group(1))}
+    fitting = {
+        (int(r.data.params["parallel.tp"]), int(r.data.params["parallel.pp"]))
+        for r in o.trained()
+        if r.data.tags["fits"] == "yes"
+    }
+    assert fitting == named, (fitting, named)
+    return True
+
+
 def check_plan_json(o: Outcome, history: list[Outcome]) -> bool:
     """planner.md: with `plan.json=true` the plan prints one JSON object as the last line."""
     if o.keys.get("plan.json") != "true":
@@ -532,6 +548,7 @@ CHECKS = [
     check_runs_recorded,
     check_counts_in_comment,
     check_price,
+    check_fits,
     check_plan_json,
     check_worked_example,
     check_fault,
@@ -548,7 +565,13 @@ CLAIMS = {
     "README.md": {"check_counts_in_comment", "check_worked_example", "check_report"},
     "docs/measurement.md": {"check_counts_in_comment"},
     "docs/parallelism.md": {"check_counts_in_comment", "check_equal_losses"},
-    "docs/planner.md": {"check_price", "check_plan_json", "check_calibrate", "check_report"},
+    "docs/planner.md": {
+        "check_price",
+        "check_fits",
+        "check_plan_json",
+        "check_calibrate",
+        "check_report",
+    },
     "docs/reliability.md": {"check_fault", "check_resume"},
 }
 

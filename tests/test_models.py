@@ -10,8 +10,22 @@ from runner.models.decoder.model import Decoder, sinusoidal_positions
 from runner.models.ffnn.model import FFNN
 from runner.models.neuron.model import Neuron
 from runner.models.registry import SPECS
-from runner.modes.plan import built_sizes
 from tests.conftest import compose_job
+
+COMPONENTS = (("embed", "embedding"), (".attn.", "attention"), ("norm", "norm"))
+
+
+def built_sizes(model_cfg) -> dict[str, int]:
+    """Parameters per component of the model built on the meta device: no memory is touched."""
+    from hydra.utils import instantiate
+
+    with torch.device("meta"):
+        model = instantiate(model_cfg, _convert_="all")
+    by_component: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        part = next((part for key, part in COMPONENTS if key in name), "ffn")
+        by_component[part] = by_component.get(part, 0) + p.numel()
+    return by_component
 
 
 def n_params(module: nn.Module) -> int:

@@ -34,11 +34,8 @@ class TextDataConfig(DataConfig):
 MIN_BPE_VOCAB = 256 + 2  # byte-level BPE keeps every byte, plus <pad> and <unk>
 
 
-def output_activation(m: Any) -> str | None:
-    return m.get("output_activation", m.get("activation"))
-
-
-def check_data(data: Any, model: Any) -> None:
+def check_data(data: Any, output: str | None) -> None:
+    """`output`: the activation the model ends in (its spec says), which a loss may need."""
     positive(data, "data", "batch_size")
     vocab = data.get("vocab_size")
     if vocab is not None:
@@ -46,7 +43,8 @@ def check_data(data: Any, model: Any) -> None:
     require(0 <= data.val_fraction < 1, "data.val_fraction", "must be in [0, 1)")
     one_of(data.loss, "data.loss", LOSSES)
     if data.loss == "bce":
-        act = output_activation(model)
         require(
-            act == "sigmoid", "data.loss", f"bce needs a sigmoid output, the model ends in '{act}'"
+            output == "sigmoid",
+            "data.loss",
+            f"bce needs a sigmoid output, the model ends in '{output}'",
         )

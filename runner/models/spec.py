@@ -46,6 +46,10 @@ class ModelSpec:
     def check(self, m: Cfg, data: Cfg, train: bool) -> None:
         """The model's own rules (raise runner.errors.ConfigError through `require`)."""
 
+    def output_activation(self, m: Cfg) -> str | None:
+        """The activation the model's output ends in (a loss may need one: bce a sigmoid)."""
+        return None
+
     # --- sizes ---
     def params_by_component(self, m: Cfg) -> dict[str, int]:
         raise NotImplementedError(f"model {self.name}: its spec gives no parameter count")

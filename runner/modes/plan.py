@@ -1,68 +1,36 @@
 """mode=plan: a job's size, memory, traffic, time, energy and cost, without training it.
 
-The runner's models are counted from their configs (their specs, runner/models/) and any other
-model is built on the meta device (shapes, no memory), so GPT-3 on a thousand GPUs plans in
-seconds. The
-figures come from the planner (runner/planner/) and the hardware profile; they are printed as a
-table, logged as an MLflow run (tag mode=plan), and with plan.json=true printed as one JSON object
-on the last line of standard output.
+The runner's models are counted from their configs by their specs (runner/models/): nothing is
+built, so GPT-3 on a thousand GPUs plans in seconds. The figures come from the planner
+(runner/planner/) and the hardware profile; they are printed as a table, logged as an MLflow run
+(tag mode=plan), and with plan.json=true printed as one JSON object on the last line of standard
+output.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.job import resolve_job
-from runner.models.registry import spec_for
+from runner.job import Job, resolve_job
 from runner.planner import plan
 from runner.validate import host_memory_gib
 
-COMPONENTS = (("embed", "embedding"), (".attn.", "attention"), ("norm", "norm"))
 
-
-def component(name: str) -> str:
-    """Which part of the model a parameter belongs to (the FFNN is all feed-forward layers)."""
-    return next((part for key, part in COMPONENTS if key in name), "ffn")
-
-
-def model_sizes(model_cfg: DictConfig) -> dict[str, Any]:
-    return _sizes(OmegaConf.to_yaml(model_cfg, resolve=True))
-
-
-@functools.cache  # a sweep over layouts counts each model once, not once per layout
-def _sizes(model_yaml: str) -> dict[str, Any]:
-    model_cfg = OmegaConf.to_container(OmegaConf.create(model_yaml))
-    spec = spec_for(model_cfg)
-    if spec is None:  # a model of the user's: build it on the meta device and count
-        by_component = built_sizes(OmegaConf.create(model_yaml))
-    else:  # ours: from the formulas, without importing torch (tested against the built module)
-        by_component = spec.params_by_component(model_cfg)
+def model_sizes(job: Job) -> dict[str, Any]:
+    """Parameters in all and by component, from the model's spec (the tests check each spec's
+    formulas against the module built, GPT-3 on the meta device)."""
+    by_component = job.spec.params_by_component(job.model)
     return {"params_total": sum(by_component.values()), "params_by_component": by_component}
 
 
-def built_sizes(model_cfg: DictConfig) -> dict[str, int]:
-    """Parameters per component of the model built on the meta device: no memory is touched."""
-    import torch
-    from hydra.utils import instantiate
-
-    with torch.device("meta"):
-        model = instantiate(model_cfg, _convert_="all")
-    by_component: dict[str, int] = {}
-    for name, p in model.named_parameters():
-        by_component[component(name)] = by_component.get(component(name), 0) + p.numel()
-    return by_component
-
-
 def figures(cfg: DictConfig) -> dict[str, Any]:
-    out = model_sizes(cfg.model) | plan(
-        resolve_job(cfg), OmegaConf.to_object(cfg.plan), cfg.trainer.max_steps
-    )
-    memory = cfg.hardware.memory_gib or host_memory_gib()
+    job = resolve_job(cfg)
+    out = model_sizes(job) | plan(job, OmegaConf.to_object(cfg.plan), cfg.trainer.max_steps)
+    memory = job.hardware.memory_gib or host_memory_gib()
     out["memory_per_device_gib"] = memory
     out["fits"] = out["mem_per_device_gib"]["total"] <= memory
     return out

@@ -1,14 +1,25 @@
 """Data parallelism through Lightning's DDP: whole model per rank, gradients all-reduced."""
 
+from collections.abc import Callable
+
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 
 from runner.layouts import backend, timeout
+from runner.layouts.data.probe import hook_buckets
+from runner.layouts.probes import Transfer
 from runner.mesh import Mesh
 
 
+class DataStrategy(DDPStrategy):
+    """Lightning's DDP, and the probe on its gradient buckets."""
+
+    def install_probes(self, record: Callable[[Transfer], None]) -> None:
+        hook_buckets(self.model, record)
+
+
 def strategy(cfg: DictConfig, mesh: Mesh) -> DDPStrategy:
-    return DDPStrategy(
+    return DataStrategy(
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
         bucket_cap_mb=cfg.parallel.bucket_cap_mb,

@@ -22,6 +22,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from runner.compat.ddp_dtensor import localized_shards
 from runner.layouts import backend, timeout
+from runner.layouts.data.probe import hook_buckets
+from runner.layouts.probes import Transfer
+from runner.layouts.tensor import probe as collectives
 from runner.mesh import DIMS, Mesh
 from runner.models.registry import spec_for
 
@@ -41,7 +44,7 @@ class MeshStrategy(DDPStrategy):
         self.shape, self.bucket_cap_mb = shape, bucket_cap_mb
         self.parallelize = parallelize  # the model's tensor-parallel plan
         self.device_mesh: DeviceMesh | None = None
-        self.replicas: list[DistributedDataParallel] = []  # for the timing callback's hooks
+        self.replicas: list[DistributedDataParallel] = []  # their buckets are probed
         # (owner module, attribute, local shard) of every tensor-parallel parameter that DDP
         # turned into a plain local tensor: snapshots show them as DTensors (runner.snapshots).
         self.localized: list[tuple[nn.Module, str, nn.Parameter]] = []
@@ -80,6 +83,14 @@ class MeshStrategy(DDPStrategy):
             owner, _, attr = name.rpartition(".")
             self.localized.append((module.get_submodule(owner), attr, param))
         return replica
+
+    def install_probes(self, record: Callable[[Transfer], None]) -> None:
+        """Every replica's gradient buckets (DDP over the dp dimension), and every collective
+        DTensor runs for the split layers."""
+        for replica in self.replicas:
+            hook_buckets(replica, record)
+        if self.shape.tp > 1:
+            collectives.install(record)
 
     def configure_ddp(self) -> None:
         module = self.lightning_module

@@ -43,6 +43,9 @@ class DecoderSpec(ModelSpec):
                 f"must be in 1..model.context_len={m['context_len']}, got {seq_len}",
             )
 
+    def output_activation(self, m: Cfg) -> str | None:
+        return "none"  # logits: cross-entropy applies the softmax
+
     def params_by_component(self, m: Cfg) -> dict[str, int]:
         d, layers = m["d_model"], m["n_layers"]
         attention = 4 * (d * d + d)  # Q, K, V, output projections with biases

@@ -36,6 +36,9 @@ class FFNNSpec(ModelSpec):
         matches_data(m["in_features"], "model.in_features", data, "n_features", train)
         matches_data(m["out_features"], "model.out_features", data, "n_outputs", train)
 
+    def output_activation(self, m: Cfg) -> str | None:
+        return m["output_activation"]
+
     def params_by_component(self, m: Cfg) -> dict[str, int]:
         w = widths(m)
         return {"ffn": sum(linear_params(w, i) for i in range(len(w) - 1))}

@@ -11,9 +11,13 @@ from runner.models.spec import Cfg, ModelSpec, matches_data
 class NeuronSpec(ModelSpec):
     def check(self, m: Cfg, data: Cfg, train: bool) -> None:
         positive(m, "model", "n_inputs")
-        one_of(m["activation"], "model.activation", ACTIVATIONS[:-1])
+        # A neuron's output is its activation: "none" would make it a linear regression's.
+        one_of(m["activation"], "model.activation", tuple(a for a in ACTIVATIONS if a != "none"))
         matches_data(m["n_inputs"], "model.n_inputs", data, "n_features", train)
         matches_data(1, "data.n_outputs", data, "n_outputs", train)  # one neuron, one output
+
+    def output_activation(self, m: Cfg) -> str | None:
+        return m["activation"]
 
     def params_by_component(self, m: Cfg) -> dict[str, int]:
         return {"ffn": m["n_inputs"] + 1}  # one weight per input and the bias weight

@@ -22,11 +22,8 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
-from runner.layouts.data.probe import hook_buckets
 from runner.layouts.probes import Schedule, Span, Transfer
-from runner.layouts.tensor import probe as collectives
 from runner.mesh import DIMS
 
 
@@ -184,14 +181,13 @@ class RankTiming(LoopTiming):
 
     # --- what runs ---
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # DDP wraps the whole module (data parallelism) or parts of it (the mesh strategies'
-        # replicas): hook each, over its own process group (the dp dimension of a mesh).
-        for model in [trainer.strategy.model, *getattr(trainer.strategy, "replicas", [])]:
-            if isinstance(model, DistributedDataParallel):
-                hook_buckets(model, self._record)
+        # Each layout's strategy installs its own probes (runner/layouts/<layout>/probe.py): what
+        # they record comes back as typed records. One device has no layout and nothing to probe.
+        install = getattr(trainer.strategy, "install_probes", None)
+        if install is not None:
+            install(self._record)
         if dist.is_available() and dist.is_initialized():
             self._wrap_reduce(trainer.strategy)
-            collectives.install(self._record)
             dist.barrier()  # a common origin for every rank's clock
         self.origin = self.now()
 
