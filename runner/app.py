@@ -19,6 +19,7 @@ MODES = {mode: f"runner.modes.{mode}" for mode in choices.MODES}
 def run_job(
     cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    # Before anything heavy is imported or any run is opened: the mesh's sizes, then the checks.
-    check(cfg, resolve_mesh(cfg))
-    return importlib.import_module(MODES[cfg.mode]).run(cfg, choices, overrides)
+    # Before anything heavy is imported or any run is opened: the mesh's sizes, then the checks,
+    # which resolve the typed job once for the mode.
+    job = check(cfg, resolve_mesh(cfg))
+    return importlib.import_module(MODES[cfg.mode]).run(cfg, job, choices, overrides)

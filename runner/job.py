@@ -1,5 +1,6 @@
 """A job resolved once, at the top, into typed pieces: the model's spec and fields, the data's
-shape, the mesh, the layout's settings, the hardware profile, the optimizer. The planner and the fit
+shape, the mesh, the layout's settings, the hardware profile, the trainer's and the plan's
+settings. The planner and the fit
 checks take this rather than the composed config, and ask each piece only what they need.
 
 Resolve after the mesh (runner/mesh.py: `resolve`) and the hardware profile's completeness have
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import HardwareConfig, ParallelConfig
+from runner.config import HardwareConfig, ParallelConfig, PlanConfig, TrainerConfig
 from runner.mesh import Mesh, mesh_of
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
@@ -30,7 +31,8 @@ class Job:
     mesh: Mesh
     parallel: ParallelConfig
     hardware: HardwareConfig
-    optimizer: str
+    trainer: TrainerConfig
+    plan: PlanConfig  # mode=plan's settings (dtype, recomputation, duration)
     stages: list[range]  # each pipeline stage's layers (one stage without a pipeline)
 
     @property
@@ -67,6 +69,7 @@ def resolve_job(cfg: DictConfig) -> Job | None:
         mesh=mesh_of(cfg),
         parallel=typed(ParallelConfig, cfg.parallel),
         hardware=typed(HardwareConfig, cfg.hardware),
-        optimizer=cfg.trainer.optimizer,
+        trainer=typed(TrainerConfig, cfg.trainer),
+        plan=typed(PlanConfig, cfg.plan),
         stages=stage_layers(cfg.model, cfg.parallel),
     )

@@ -99,7 +99,8 @@ def validate(cfg: DictConfig) -> Mesh:
     return mesh
 
 
-def check(cfg: DictConfig, mesh: Mesh) -> None:
+def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
+    """Every rule, in order; the job resolved on the way (None for a model of the user's)."""
     check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
     check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
     job = resolve_job(cfg)  # None for a model of the user's
@@ -126,3 +127,4 @@ def check(cfg: DictConfig, mesh: Mesh) -> None:
             "calibrate measures this host with one process: drop parallel and hardware overrides",
         )
     check_tracking(cfg.logger.tracking_uri)  # last: the only check that waits on the network
+    return job

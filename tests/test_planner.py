@@ -50,9 +50,7 @@ def planned(*overrides: str) -> dict:
     cfg, _ = compose_job("mode=plan", "model=gpt3_175b", "hardware=h100_cluster", *overrides)
     validate.validate(cfg)
     job = resolve_job(cfg)
-    return plan(job, OmegaConf.to_object(cfg.plan), cfg.trainer.max_steps) | {
-        "memory": cfg.hardware.memory_gib
-    }
+    return plan(job) | {"memory": cfg.hardware.memory_gib}
 
 
 def test_the_plan_says_which_layouts_fit() -> None:

@@ -24,6 +24,7 @@ from runner.config.trainer import TrainerConfig
 from runner.models.registry import SPECS
 
 __all__ = ["Config", "HardwareConfig", "LinkConfig", "ParallelConfig", "PlanConfig"]
+__all__ += ["TrainerConfig"]
 __all__ += ["register_configs"]
 
 

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from runner.allocator import keep_freed_memory
-from runner.job import resolve_job
+from runner.job import Job
 from runner.planner.timing import model_flops_per_step
 
 PROFILE = Path(__file__).resolve().parents[2] / "conf" / "hardware" / "calibrated.yaml"
@@ -153,7 +153,7 @@ def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
     return seconds[0], 1 / max(slope, 1e-15)
 
 
-def measure(cfg: DictConfig) -> dict[str, Any]:
+def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
     if cfg.hardware.keep_freed_memory:  # as every rank will run: the plain step's speed sets
@@ -172,7 +172,7 @@ def measure(cfg: DictConfig) -> dict[str, Any]:
         "step_time_s": step,
         "step_overhead_s": overhead,
         "plain_step_time_s": plain,
-        "step_flops": model_flops_per_step(resolve_job(cfg)) / plain,
+        "step_flops": model_flops_per_step(job) / plain,
         "all_reduce": {"latency_s": ar_latency, "bandwidth_bytes_s": ar_bandwidth},
         "p2p": {"latency_s": p2p_latency, "bandwidth_bytes_s": p2p_bandwidth},
         "sizes": SIZES,
@@ -205,11 +205,13 @@ intra_node:
 """
 
 
-def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
+def run(
+    cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
+) -> dict[str, Any]:
     from runner.tracking import flat_metrics, recorded_run
 
     with recorded_run(cfg, choices, overrides) as record:
-        measured = measure(cfg)
+        measured = measure(cfg, job)
         record.log_metrics(flat_metrics({k: v for k, v in measured.items() if k != "times"}))
         record.client.log_dict(record.run_id, measured, "calibration.json")
         PROFILE.write_text(profile_yaml(measured))

@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from runner.job import Job
 from runner.losses import half_mse
 
 
@@ -97,7 +98,7 @@ EXAMPLES: dict[str, Callable[[nn.Module, Any], dict[str, float]]] = {
 
 
 def run(
-    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
+    cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, float]:
     from hydra.utils import instantiate
 

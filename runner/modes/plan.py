@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from runner.job import Job, resolve_job
+from runner.job import Job
 from runner.planner import plan
 from runner.validate import host_memory_gib
 
@@ -27,9 +27,8 @@ def model_sizes(job: Job) -> dict[str, Any]:
     return {"params_total": sum(by_component.values()), "params_by_component": by_component}
 
 
-def figures(cfg: DictConfig) -> dict[str, Any]:
-    job = resolve_job(cfg)
-    out = model_sizes(job) | plan(job, OmegaConf.to_object(cfg.plan), cfg.trainer.max_steps)
+def figures(cfg: DictConfig, job: Job) -> dict[str, Any]:
+    out = model_sizes(job) | plan(job)
     memory = job.hardware.memory_gib or host_memory_gib()
     out["memory_per_device_gib"] = memory
     out["fits"] = out["mem_per_device_gib"]["total"] <= memory
@@ -71,11 +70,13 @@ def _bytes(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
+def run(
+    cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
+) -> dict[str, Any]:
     from runner.cluster import world_size
     from runner.tracking import flat_metrics, recorded_run
 
-    out = figures(cfg)
+    out = figures(cfg, job)
     with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:
         record.log_metrics(flat_metrics(out))
         record.client.set_tag(record.run_id, "fits", "yes" if out["fits"] else "no")

@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 from scipy.stats import spearmanr
 
 from runner.errors import ConfigError
+from runner.job import Job
 from runner.tracking import experiment_id
 
 # measured metric -> its prediction
@@ -131,7 +132,9 @@ def picture(runs: list[MlflowRun], result: Mapping[str, float]) -> Figure:
     return fig
 
 
-def run(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]) -> dict[str, Any]:
+def run(
+    cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
+) -> dict[str, Any]:
     from runner.tracking import recorded_run
 
     client = MlflowClient(cfg.logger.tracking_uri)

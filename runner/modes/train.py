@@ -1,6 +1,9 @@
 """mode=train: open the run, then train in this process (one device, or one rank that torchrun or
 SLURM started) or start the job's processes (runner/launch.py); a resumed run continues its
-snapshot's MLflow run."""
+snapshot's MLflow run.
+
+The ranks run in other processes: each is handed the resolved config as a plain container and
+resolves its own job from it (the job here is the launcher's, for its checks)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from runner.cluster import exit_on_sigterm, external_launcher, global_rank, world_size
+from runner.job import Job
 from runner.launch import LOOPBACK, bind_gloo_to_loopback, rank_main, spawn, start_fork_server
 from runner.tracking import recorded_run
 
 
 def run(
-    cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[str]
+    cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, float]:
     world = world_size(cfg)
     resumed, resume = None, None

@@ -37,13 +37,14 @@ def predict(job: Job) -> dict[str, float]:
     return out
 
 
-def plan(job: Job, settings: PlanConfig, max_steps: int) -> dict[str, Any]:
+def plan(job: Job) -> dict[str, Any]:
     """Everything mode=plan reports for one job (the model's sizes: runner/modes/plan.py)."""
-    mesh, dtype, hw = job.mesh, settings.dtype, job.hardware
+    mesh, settings, hw = job.mesh, job.plan, job.hardware
+    dtype = settings.dtype
     moved = traffic(job, DTYPE_BYTES[dtype])
     time = step_time(job, moved, dtype)
     tokens_per_s = job.batch_size / time.total_s * job.tokens_per_sample
-    hours = duration_hours(settings, tokens_per_s, max_steps * time.total_s)
+    hours = duration_hours(settings, tokens_per_s, job.trainer.max_steps * time.total_s)
     energy = energy_kwh(hw, mesh.world, hours * 3600)
     peak = hw.peak_tflops[dtype] * 1e12 / device_share(hw)
     return {

@@ -54,7 +54,7 @@ def memory_per_device_gib(job: Job, dtype: str, recompute: bool = False) -> dict
     out = {
         "weights": params * elem / GIB,
         "gradients": params * elem / GIB,
-        "optimizer_state": params * optimizer_bytes_per_param(job.optimizer, dtype) / GIB,
+        "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer, dtype) / GIB,
         "activations": activation_bytes(job, dtype, recompute) / GIB,
     }
     return out | {"total": sum(out.values())}
@@ -64,5 +64,5 @@ def largest_layer_gib(job: Job, dtype: str) -> float:
     """One layer (a block, the embedding, or a Linear), as tensor parallelism splits it, with its
     gradients and optimizer state: the least any device must hold."""
     params = job.spec.largest_layer_params(job.model, job.mesh.tp)
-    per_param = 2 * DTYPE_BYTES[dtype] + optimizer_bytes_per_param(job.optimizer, dtype)
+    per_param = 2 * DTYPE_BYTES[dtype] + optimizer_bytes_per_param(job.trainer.optimizer, dtype)
     return params * per_param / GIB
