@@ -185,12 +185,14 @@ def test_the_snapshot_interval_minimises_the_expected_waste() -> None:
 
 
 def test_without_a_pipeline_virtual_stages_change_no_prediction() -> None:
-    from runner.models.sizes import param_count
+    from runner.models.registry import spec_for
     from runner.planner import predict
 
     cfg, _ = compose_job("parallel=data", "hardware.devices=2", "parallel.virtual_stages=2")
     validate.validate(cfg)
-    assert predict(resolve_job(cfg))["pred/comm_bytes_per_step/dp"] == 4 * param_count(cfg.model)
+    assert predict(resolve_job(cfg))["pred/comm_bytes_per_step/dp"] == 4 * spec_for(
+        cfg.model
+    ).params(cfg.model)
 
 
 def test_training_fits_as_the_layout_splits_the_model() -> None:

@@ -1,4 +1,4 @@
-"""What any model's spec answers, asked for a config: parameter counts and pipeline stages.
+"""What any model's spec answers, asked for a config: its layers and its pipeline stages.
 
 Torch-free (used before launch). The tests check each spec's formulas against the module built.
 """
@@ -7,12 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from runner.models.registry import spec_for
-
-
-def param_count(model_cfg: Mapping[str, Any]) -> int | None:
-    """Trainable parameters of a model the registry knows; None for any other."""
-    spec = spec_for(model_cfg)
-    return None if spec is None else spec.params(model_cfg)
 
 
 def pipeline_layers(model_cfg: Mapping[str, Any]) -> int:

@@ -26,23 +26,24 @@ SCHEDULES = dict(
 )
 
 
-def stage_layers(split: list[int], stage: int) -> range:
-    start = sum(split[:stage])
-    return range(start, start + split[stage])
-
-
-def stage_module(spec: ModelSpec, model: nn.Module, stage: int, split: list[int]) -> nn.Module:
-    last = len(split) - 1
-    return spec.stage_module(model, stage_layers(split, stage), stage == 0, stage == last)
+def stage_module(spec: ModelSpec, model: nn.Module, stage: int, stages: list[range]) -> nn.Module:
+    """`stages`: each stage's layers (runner/models/sizes.py: stage_layers)."""
+    last = len(stages) - 1
+    return spec.stage_module(model, stages[stage], stage == 0, stage == last)
 
 
 def stage_examples(
-    spec: ModelSpec, model: nn.Module, stage: int, split: list[int], microbatch: int, seq_len: int
+    spec: ModelSpec,
+    model: nn.Module,
+    stage: int,
+    stages: list[range],
+    microbatch: int,
+    seq_len: int,
 ) -> tuple:
     """A stage's input and output for one micro-batch, on the meta device. Given to PipelineStage,
     they spare the schedule from inferring them by running a forward, which it would do at every
     switch between training and evaluation (with tensor parallelism, collectives and all)."""
-    layers, last = stage_layers(split, stage), len(split) - 1
+    layers, last = stages[stage], len(stages) - 1
     return spec.stage_example(model, layers, stage == 0, stage == last, microbatch, seq_len)
 
 

@@ -39,7 +39,7 @@ class PipelineStrategy(MeshStrategy):
         spec: ModelSpec,
         schedule: str,
         microbatches: int,
-        split: list[int],
+        layers: list[range],  # each stage's layers
         virtual: int,
         microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
         **kw: Any,
@@ -47,7 +47,7 @@ class PipelineStrategy(MeshStrategy):
         super().__init__(parallelize=spec.parallelize, **kw)
         self.spec = spec
         self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
-        self.split, self.virtual = split, virtual
+        self.layers, self.virtual = layers, virtual
         self.trace = PipelineTrace()
         self.last_schedule: Schedule | None = None  # the last step's record, for RankTiming
 
@@ -55,10 +55,10 @@ class PipelineStrategy(MeshStrategy):
     def configure_ddp(self) -> None:
         module = self.lightning_module
         module.automatic_optimization = False  # the schedule runs forward and backward
-        full, n_stages, pp = module.model, len(self.split), self.shape.pp
+        full, n_stages, pp = module.model, len(self.layers), self.shape.pp
         self.stage_ids = stages_of(self.coords["pp"], pp, self.virtual)
         parts = [
-            self.split_layers(stage_module(self.spec, full, s, self.split)) for s in self.stage_ids
+            self.split_layers(stage_module(self.spec, full, s, self.layers)) for s in self.stage_ids
         ]
         pairs = zip(parts, self.stage_ids, strict=True)
         self.stages = [self._stage(full, part, s) for part, s in pairs]
@@ -79,9 +79,9 @@ class PipelineStrategy(MeshStrategy):
         return PipelineStage(
             self.replicate(part),
             index,
-            len(self.split),
+            len(self.layers),
             self.root_device,
-            *stage_examples(self.spec, full, index, self.split, *self.microbatch),
+            *stage_examples(self.spec, full, index, self.layers, *self.microbatch),
             group=self.device_mesh["pp"].get_group(),
         )
 
@@ -149,13 +149,12 @@ class PipelineStrategy(MeshStrategy):
 
 def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
     p = cfg.parallel
-    split = [len(layers) for layers in stage_layers(cfg.model, p)]
     microbatch = cfg.data.batch_size // (mesh.dp * p.microbatches)
     return PipelineStrategy(
         spec_for(cfg.model),
         p.schedule,
         p.microbatches,
-        split,
+        stage_layers(cfg.model, p),
         p.virtual_stages,
         (microbatch, cfg.data.get("seq_len", 0)),
         shape=mesh,
