@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make run` and `make test`. Both create .venv when missing and
-# install the project into it; the install is redone whenever pyproject.toml changes.
+# install the project into it; the install is redone whenever pyproject.toml or constraints.txt
+# changes.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,11 +8,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench lint install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch==2.13.0 is pinned in pyproject.toml: the CPU build on this machine's disk, not CUDA.
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# constraints.txt pins torch==2.13.0, the CPU build on this machine's disk, not CUDA.
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -11,7 +11,8 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # schedules that drive several stages per rank
 MODES = ("train", "example", "plan", "calibrate", "report")
-DTYPES = ("fp32", "bf16")
+# Lightning's names; runner/precision.py says what each means for memory, traffic and FLOP/s.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 EXAMPLES = ("neuron", "backprop")
 ACCELERATORS = ("cpu", "gpu")
 TIERS = ("auto", "intra_node", "inter_node")

@@ -11,16 +11,24 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 
+from runner.autocast import autocast
 from runner.losses import LOSSES, Loss
-from runner.optimizers import OPTIMIZERS
+from runner.optimizers import OPTIMIZERS, options
+
+CPU = torch.device("cpu")
 
 
-def build(cfg: DictConfig) -> tuple[nn.Module, torch.optim.Optimizer, Loss]:
-    """The config's model (seeded), its optimizer and its loss, as the runner builds them."""
+def build(
+    cfg: DictConfig, device: torch.device = CPU
+) -> tuple[nn.Module, torch.optim.Optimizer, Loss]:
+    """The config's model (seeded) on `device`, its optimizer and its loss, as the runner builds
+    them."""
     torch.manual_seed(cfg.seed)
-    model = instantiate(cfg.model, _convert_="all")
-    t = cfg.trainer
-    optimizer = OPTIMIZERS[t.optimizer](model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    model = instantiate(cfg.model, _convert_="all").to(device)
+    t, params = cfg.trainer, list(model.parameters())
+    optimizer = OPTIMIZERS[t.optimizer](
+        params, lr=t.lr, weight_decay=t.weight_decay, **options(t.optimizer, params)
+    )
     return model, optimizer, LOSSES[cfg.data.loss]
 
 
@@ -30,10 +38,13 @@ def step(
     loss_fn: Loss,
     x: torch.Tensor,
     y: torch.Tensor,
+    precision: str = "32-true",
 ) -> torch.Tensor:
-    """One training step; with DDP, backward holds the gradients' all-reduce."""
+    """One training step; with DDP, backward holds the gradients' all-reduce. Mixed precision as
+    Lightning's (forward and loss under autocast; no loss scaling: this loop times steps)."""
     optimizer.zero_grad()
-    loss = loss_fn(model(x), y)
+    with autocast(precision, x.device):
+        loss = loss_fn(model(x), y)
     loss.backward()
     optimizer.step()
     return loss

@@ -116,8 +116,52 @@ def swap(
 def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
     view = state_view(trainer)
     model, optim = get_state_dict(view, trainer.optimizers[0])
-    rank = trainer.global_rank
-    return view, {"model": model, optim_key(trainer): optim, f"rng/{rank}": torch.get_rng_state()}
+    return view, {"model": model, optim_key(trainer): optim}
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's generators: the CPU's and, once CUDA is in use, every device's (dropout on
+    a GPU draws from the device's generator, not the CPU's). An uninitialized CUDA is left alone:
+    asking it would start it in a process that never used it."""
+    state: dict[str, Any] = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back what rng_state() took. A snapshot from before CUDA states were kept, or from a
+    run without CUDA, has none: the CPU's alone is restored."""
+    torch.set_rng_state(state["cpu"])
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available():
+        # Devices past this host's count have nowhere to go (set_rng_state_all would fail).
+        torch.cuda.set_rng_state_all(cuda[: torch.cuda.device_count()])
+
+
+def rng_entries(rank: int, state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """rng_state() as DCP entries, one tensor each: the CPU's keeps the key snapshots always had
+    (older ones stay readable), each device's gets its own, as DCP stores tensors, not lists."""
+    cuda = {f"rng_cuda/{rank}/{i}": s for i, s in enumerate(state.get("cuda", []))}
+    return {f"rng/{rank}": state["cpu"]} | cuda
+
+
+def stored_rng(folder: Path, rank: int) -> dict[str, torch.Tensor]:
+    """Empty tensors for the generator states `folder` holds for `rank`, for dcp.load to fill:
+    which devices there are is the snapshot's, not this process's (CUDA may not be started yet,
+    and an older snapshot has none)."""
+    stored = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    mine = (k for k in stored if k == f"rng/{rank}" or k.startswith(f"rng_cuda/{rank}/"))
+    return {k: torch.empty(stored[k].size, dtype=stored[k].properties.dtype) for k in mine}
+
+
+def rng_of(rank: int, entries: dict[str, torch.Tensor]) -> dict[str, Any]:
+    prefix = f"rng_cuda/{rank}/"
+    devices = sorted(int(k.removeprefix(prefix)) for k in entries if k.startswith(prefix))
+    state: dict[str, Any] = {"cpu": entries[f"rng/{rank}"]}
+    if devices:
+        state["cuda"] = [entries[f"{prefix}{i}"] for i in devices]
+    return state
 
 
 def barrier() -> None:
@@ -129,6 +173,7 @@ def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any], disk_full: boo
     partial = folder.with_name(folder.name + ".partial")
     with shards_as_dtensors(trainer):
         _, state = training_state(trainer)
+        state.update(rng_entries(trainer.global_rank, rng_state()))
         dcp.save(state, checkpoint_id=str(partial))
     if disk_full:  # fault.disk_full_at_step: the write fails as a full disk makes it fail
         raise OSError(errno.ENOSPC, f"No space left on device while writing {partial}")
@@ -140,8 +185,11 @@ def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any], disk_full: boo
 
 
 def load(trainer: pl.Trainer, folder: Path) -> None:
+    rank = trainer.global_rank
+    rng = stored_rng(folder, rank)
     with shards_as_dtensors(trainer):
         view, state = training_state(trainer)
+        state.update(rng)  # loaded in place: `rng` holds the states afterwards
         dcp.load(state, checkpoint_id=str(folder))
         set_state_dict(
             view,
@@ -149,7 +197,7 @@ def load(trainer: pl.Trainer, folder: Path) -> None:
             model_state_dict=state["model"],
             optim_state_dict=state[optim_key(trainer)],
         )
-    torch.set_rng_state(state[f"rng/{trainer.global_rank}"])
+    set_rng_state(rng_of(rank, rng))
 
 
 class Snapshots(pl.Callback):

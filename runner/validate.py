@@ -21,7 +21,7 @@ from runner.config.faults import check_fault
 from runner.config.hardware import check_hardware, check_profile
 from runner.config.logger import check_tracking
 from runner.config.plan import check_plan
-from runner.config.trainer import check_trainer
+from runner.config.trainer import check_precision, check_trainer
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
 from runner.layouts.rules import check_layout
@@ -40,7 +40,7 @@ def check_fits(job: Job) -> None:
     device's share: tensor and pipeline parallelism split the model); on a CPU, the processes of
     the host share its memory. GPT-3 is for mode=plan, on the meta device."""
     hw, params = job.hardware, job.spec.params(job.model)
-    need = memory_per_device_gib(job, "fp32")["total"]
+    need = memory_per_device_gib(job)["total"]
     cpu = hw.accelerator == "cpu"
     have = hw.memory_gib or host_memory_gib()
     sharing = f" x {hw.devices} processes on one host" if cpu else ""
@@ -53,9 +53,9 @@ def check_fits(job: Job) -> None:
     )
 
 
-def check_layer_fits(job: Job, dtype: str) -> None:
+def check_layer_fits(job: Job) -> None:
     """A plan may split a model until one layer is left per device; not below that."""
-    need, have = largest_layer_gib(job, dtype), job.hardware.memory_gib or host_memory_gib()
+    need, have = largest_layer_gib(job), job.hardware.memory_gib or host_memory_gib()
     require(
         need <= have,
         "hardware.memory_gib",
@@ -110,21 +110,21 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
         job.spec.check(job.model, job.data, cfg.mode == "train")
     check_data(cfg.data, job.spec.output_activation(job.model) if job else None)
     check_trainer(cfg.trainer)
-    if cfg.mode == "train":  # the runner trains in fp32: its predictions need that figure
-        require("fp32" in cfg.hardware.peak_tflops, "hardware.peak_tflops", "needs an fp32 figure")
+    check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode == "train")
     if cfg.mode == "example":
         check_example(cfg.example)
     elif cfg.mode == "plan":
-        check_plan(cfg.plan, cfg.model, cfg.hardware.peak_tflops)
-        check_layer_fits(job, cfg.plan.dtype)
+        check_plan(cfg.plan, cfg.model)
+        check_layer_fits(job)
     elif cfg.mode == "train":
         check_launch(cfg)
         check_fault(cfg)
     elif cfg.mode == "calibrate":
         require(
-            world_size(cfg) == 1 and cfg.hardware.accelerator == "cpu",
+            world_size(cfg) == 1,
             "mode",
-            "calibrate measures this host with one process: drop parallel and hardware overrides",
+            "calibrate measures this host (or its GPU) with one process: drop the parallel "
+            "overrides and hardware.devices",
         )
     check_tracking(cfg.logger.tracking_uri)  # last: the only check that waits on the network
     return job

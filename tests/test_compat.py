@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from runner.compat import MissingAPI, private
@@ -28,7 +30,7 @@ def test_each_wrapper_refuses_a_release_without_its_api(monkeypatch: pytest.Monk
 
     cases = [
         (schedules, "_batch_p2p", lambda: pipelining.wrap_p2p(lambda f: f, lambda f: f)),
-        (funcol, "all_reduce", lambda: collectives.wrap_functional({"all_reduce": lambda f: f})),
+        (funcol, "all_reduce", lambda: collectives.wrap_functional({("all_reduce",): lambda f: f})),
         (distributed_c10d, "default_pg_timeout", lambda: process_group.set_default_timeout(60)),
         (TQDMProgressBar, "_should_update", lightning.progress_bar_base),
     ]
@@ -37,3 +39,65 @@ def test_each_wrapper_refuses_a_release_without_its_api(monkeypatch: pytest.Monk
             patched.delattr(owner, name)
             with pytest.raises(MissingAPI, match=name):
                 use()
+
+
+def _counted(calls: list[str]):
+    """A wrapper that notes the name of each collective it wraps."""
+
+    def wrap(collective):
+        calls.append(collective.__name__)
+        return lambda *args: ("wrapped", collective(*args))
+
+    return wrap
+
+
+GATHER = ("all_gather_single", "all_gather_tensor")
+
+
+def test_a_release_before_the_rename_has_its_old_collective_wrapped() -> None:
+    from runner.compat.collectives import wrap_first_present
+
+    def all_gather_tensor(t):
+        return t
+
+    funcol, wrapped = SimpleNamespace(all_gather_tensor=all_gather_tensor), []
+    wrap_first_present(funcol, {GATHER: _counted(wrapped)})
+    assert wrapped == ["all_gather_tensor"]
+    assert funcol.all_gather_tensor(1) == ("wrapped", 1)
+    assert not hasattr(funcol, "all_gather_single")
+
+
+def test_with_both_names_only_the_new_one_is_wrapped_the_alias_calls_it() -> None:
+    from runner.compat.collectives import wrap_first_present
+
+    funcol = SimpleNamespace()
+
+    def all_gather_single(t):
+        return t
+
+    def all_gather_tensor(t):  # torch 2.13's alias: looks the new name up at each call
+        return funcol.all_gather_single(t)
+
+    funcol.all_gather_single, funcol.all_gather_tensor = all_gather_single, all_gather_tensor
+    wrapped: list[str] = []
+    wrap_first_present(funcol, {GATHER: _counted(wrapped)})
+    assert wrapped == ["all_gather_single"]
+    assert funcol.all_gather_tensor is all_gather_tensor
+    assert funcol.all_gather_tensor(1) == ("wrapped", 1)  # counted once, through the new name
+
+
+def test_a_release_with_none_of_the_names_is_refused_in_one_line_naming_them() -> None:
+    from runner.compat.collectives import wrap_first_present
+
+    def all_reduce(t):
+        return t
+
+    funcol = SimpleNamespace(all_reduce=all_reduce)
+    wrappers = {("all_reduce",): _counted([]), GATHER: _counted([])}
+    with pytest.raises(MissingAPI) as missing:
+        wrap_first_present(funcol, wrappers)
+    line = str(missing.value)
+    assert "\n" not in line
+    assert "all_gather_single or " in line and ".all_gather_tensor is missing in torch" in line
+    assert "checked with torch 2.13" in line
+    assert funcol.all_reduce is all_reduce  # nothing wrapped when one is missing

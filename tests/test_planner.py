@@ -3,8 +3,11 @@ profiles that are complete, and the report that compares predictions with measur
 
 import json
 from pathlib import Path
+from statistics import median
+from types import SimpleNamespace
 
 import pytest
+from matplotlib.image import imread
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
@@ -58,22 +61,34 @@ def test_the_plan_says_which_layouts_fit() -> None:
     whole = planned("parallel=data", "data.batch_size=128")
     assert whole["mem_per_device_gib"]["total"] > whole["memory"]
     # Megatron's GPT-3 layout: 8-way tensor, 16-way pipeline, bf16, activations recomputed: yes.
-    split = planned(*MEGATRON, "plan.dtype=bf16", "plan.recompute=true")
+    split = planned(*MEGATRON, "trainer.precision=bf16-mixed", "plan.recompute=true")
     assert split["mem_per_device_gib"]["total"] < split["memory"]
     # Without recomputation the first stage holds p micro-batches of L/p layers: all L layers'.
-    assert planned(*MEGATRON, "plan.dtype=bf16")["mem_per_device_gib"]["total"] > split["memory"]
-    share = 174.6e9 * 2 / 2**30 / 128  # bf16 weights, 1/128 each, plus the embedding on the ends
-    assert share < split["mem_per_device_gib"]["weights"] < share + 614.4e6 * 2 / 2**30
+    bf16 = planned(*MEGATRON, "trainer.precision=bf16-mixed")
+    assert bf16["mem_per_device_gib"]["total"] > split["memory"]
+    share = 174.6e9 * 4 / 2**30 / 128  # fp32 weights, 1/128 each, plus the embedding on the ends
+    assert share < split["mem_per_device_gib"]["weights"] < share + 614.4e6 * 4 / 2**30
 
 
-def test_bf16_halves_weights_and_keeps_an_fp32_master_copy() -> None:
-    layout = ["parallel.tp=8", "parallel.pp=16", "parallel.dp=1", "parallel.microbatches=16"]
-    fp32, bf16 = (
-        planned(*layout)["mem_per_device_gib"],
-        planned(*layout, "plan.dtype=bf16")["mem_per_device_gib"],
-    )
-    assert bf16["weights"] == pytest.approx(fp32["weights"] / 2)
-    assert bf16["optimizer_state"] == pytest.approx(fp32["optimizer_state"] * 12 / 8)
+def test_mixed_precision_keeps_fp32_state_and_halves_activations() -> None:
+    # Lightning's autocast: fp32 weights, gradients and Adam moments, a 16-bit copy of each
+    # weight, activations at 16 bits; matmuls at the bf16 peak.
+    fp32, bf16 = planned(*MEGATRON), planned(*MEGATRON, "trainer.precision=bf16-mixed")
+    mem32, mem16 = fp32["mem_per_device_gib"], bf16["mem_per_device_gib"]
+    for key in ("weights", "gradients", "optimizer_state"):
+        assert mem16[key] == pytest.approx(mem32[key])
+    assert mem16["weight_copies"] == pytest.approx(mem32["weights"] / 2)
+    assert mem32["weight_copies"] == 0
+    # Half the layers' activations; the logits stay fp32 for the loss.
+    assert mem32["activations"] / 2 < mem16["activations"] < mem32["activations"]
+    # The same model FLOPs against each precision's peak (989 and 67 TFLOP/s on an H100).
+    assert bf16["step_time_s"] < fp32["step_time_s"]
+    flops = [run["mfu"] * run["step_time_s"] * peak for run, peak in ((fp32, 67), (bf16, 989))]
+    assert flops[0] == pytest.approx(flops[1])
+    # The residual stream stays fp32 between stages; tp's forward all-reduces are 16-bit and its
+    # backward ones fp32 (the gradients of the stream): 3/4 of the bytes.
+    moved32, moved16 = fp32["comm_bytes_per_step"], bf16["comm_bytes_per_step"]
+    assert moved16["pp"] == moved32["pp"] and moved16["tp"] == moved32["tp"] * 3 / 4
 
 
 def test_a_token_budget_sets_the_duration() -> None:
@@ -89,9 +104,17 @@ def test_a_token_budget_sets_the_duration() -> None:
         (["hardware.tiers.tp=nvlink"], "hardware.tiers.tp"),
         (["mode=plan", "hardware=dgx_h100", "parallel.tp=3"], "parallel"),  # 3 of 8 devices
         (["mode=plan", "hardware=dgx_h100", "parallel=data", "parallel.tp=3"], "hardware.devices"),
-        (["mode=plan", "model=gpt3_175b", "hardware=gpu", "hardware.memory_gib=16"],
+        (["mode=plan", "model=gpt3_175b", "hardware=h100", "hardware.memory_gib=16"],
          "hardware.memory_gib"),  # one GPT-3 block with Adam state is 27 GiB
-        (["mode=plan", "plan.dtype=fp8"], "plan.dtype"),
+        (["mode=plan", "trainer.precision=fp8"], "trainer.precision"),
+        (["mode=plan", "trainer.precision=16-mixed"], "trainer.precision"),  # fp16 on a CPU
+        (["mode=plan", "trainer.tf32=true"], "trainer.tf32"),  # a CPU has no TF32
+        (["mode=plan", "hardware=h100", "parallel=tensor", "hardware.devices=2",
+          "trainer.precision=16-mixed"], "trainer.precision"),  # loss scaling over DTensor
+        (["mode=plan", "parallel=pipeline", "hardware.devices=2", "trainer.compile=true"],
+         "trainer.compile"),
+        (["mode=plan", "hardware=h100", "trainer.precision=bf16-mixed",
+          "~hardware.peak_tflops.bf16"], "hardware.peak_tflops"),
         (["mode=calibrate", "parallel=data", "hardware.devices=2"], "mode"),  # one process only
     ],
 )  # fmt: skip
@@ -103,7 +126,7 @@ def test_bad_profiles_and_plans_name_the_key(overrides: list[str], key: str) -> 
 
 
 def test_a_profile_missing_a_field_names_it() -> None:
-    cfg, _ = compose_job("mode=plan", "hardware=gpu")
+    cfg, _ = compose_job("mode=plan", "hardware=h100")
     cfg.hardware.power_w = "???"
     with pytest.raises(validate.ConfigError) as error:
         validate.validate(cfg)
@@ -111,7 +134,7 @@ def test_a_profile_missing_a_field_names_it() -> None:
 
 
 def test_every_shipped_profile_is_complete() -> None:
-    for profile in ("cpu", "gpu", "dgx_h100", "h100_cluster"):
+    for profile in ("cpu", "h100", "h200", "a100", "dgx_h100", "dgx_a100", "h100_cluster"):
         cfg, _ = compose_job(
             "mode=plan", f"hardware={profile}", "parallel=data", "data.batch_size=128"
         )
@@ -119,16 +142,39 @@ def test_every_shipped_profile_is_complete() -> None:
         assert not OmegaConf.missing_keys(cfg.hardware), profile
 
 
-def test_the_report_compares_a_sweeps_predictions_with_its_measurements(store: str) -> None:
+def rank_correlation(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rho of values without ties: 1 - 6 sum(d^2) / (n (n^2 - 1))."""
+    ranks = [[sorted(v).index(x) for x in v] for v in (xs, ys)]
+    d2 = sum((a - b) ** 2 for a, b in zip(*ranks, strict=True))
+    return 1 - 6 * d2 / (len(xs) * (len(xs) ** 2 - 1))
+
+
+def expected(metrics: list[dict[str, float]], figure: str, predicted: str) -> tuple[float, float]:
+    """Median |relative error| and rank correlation over the runs that have both figures."""
+    both = [(m[figure], m[predicted]) for m in metrics if figure in m]
+    meas, pred = [m for m, _ in both], [p for _, p in both]
+    return median(abs(p / m - 1) for m, p in both), rank_correlation(pred, meas)
+
+
+def test_the_report_compares_a_sweeps_predictions_with_its_measurements(
+    store: str, tmp_path: Path
+) -> None:
     from runner.app import run_job
 
     client = MlflowClient(store)
     exp = client.create_experiment("runner")
     sweep = client.create_run(exp, tags={"mode": "sweep"}).info.run_id
-    # Three runs: predictions off by +10 %, -20 %, +40 %; the order 1 < 2 < 3 is kept.
-    for measured, predicted in ((1.0, 1.1), (2.0, 1.6), (3.0, 4.2)):
+    # Predictions off by +10 %, -20 %, +40 %, -25 %; step time's ranks 3 and 4 swapped. The first
+    # run is older, from before memory and MFU were measured: the memory figures leave it out.
+    step = [(1.0, 1.1), (2.0, 1.6), (3.0, 4.2), (4.0, 3.0)]
+    memory = [(10.0, 12.0), (20.0, 30.0), (30.0, 27.0)]  # +20 %, +50 %, -10 %; 2 and 3 swapped
+    mfu = [(0.4, 0.5), (0.3, 0.33), (0.5, 0.45)]
+    logged = [{"step_time_s": m, "pred/step_time_s": p} for m, p in step]
+    for metrics, (mem, pred_mem), (util, pred_util) in zip(logged[1:], memory, mfu, strict=True):
+        metrics.update({"peak_memory_gib": mem, "pred/peak_memory_gib": pred_mem})
+        metrics.update({"mfu": util, "pred/mfu": pred_util})
+    for metrics in logged:
         run = client.create_run(exp, tags={"mode": "train", "mlflow.parentRunId": sweep})
-        metrics = {"step_time_s": measured, "pred/step_time_s": predicted}
         for key, value in metrics.items():
             client.log_metric(run.info.run_id, key, value)
         client.set_terminated(run.info.run_id)
@@ -141,12 +187,48 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(store: s
         run_job(cfg, choices, ["mode=report"])
     cfg, choices = compose_job("mode=report")
     result = run_job(cfg, choices, ["mode=report"])
-    assert result["median_abs_error/step_time_s"] == pytest.approx(0.2)
-    assert result["spearman/step_time_s"] == pytest.approx(1.0)
+    for figure in ("step_time_s", "peak_memory_gib"):
+        error, rank = expected(logged, figure, f"pred/{figure}")
+        assert result[f"median_abs_error/{figure}"] == pytest.approx(error)
+        assert result[f"spearman/{figure}"] == pytest.approx(rank)
+    assert result["median_abs_error/mfu"] == pytest.approx(expected(logged, "mfu", "pred/mfu")[0])
+    ranks = (result["spearman/step_time_s"], result["spearman/peak_memory_gib"])
+    assert ranks == pytest.approx((0.8, 0.5))  # 1 - 6 * 2 / (4 * 15), 1 - 6 * 2 / (3 * 8)
     (report,) = [r for r in all_runs(store) if r.data.tags.get("mode") == "report"]
     assert report.data.tags["report.sweep"] == sweep
+    assert report.data.metrics["spearman/peak_memory_gib"] == pytest.approx(0.5)
     artifacts = {a.path for a in client.list_artifacts(report.info.run_id)}
     assert {"report.txt", "predicted_vs_measured.png"} <= artifacts
+    png = client.download_artifacts(report.info.run_id, "predicted_vs_measured.png", tmp_path)
+    height, width, _ = imread(png).shape
+    assert width > 2 * height  # two panels side by side: step time and peak memory
+
+
+def fake_run(name: str, **metrics: float) -> SimpleNamespace:
+    data = SimpleNamespace(metrics=metrics, tags={"parallel": name})
+    return SimpleNamespace(data=data, info=SimpleNamespace(run_name=name))
+
+
+def test_the_report_leaves_a_run_without_memory_out_of_the_memory_figures() -> None:
+    from runner.modes import report
+
+    step = {"step_time_s": 2.0, "pred/step_time_s": 2.5}
+    old = fake_run("old", **step)
+    new = fake_run("new", **step, peak_memory_gib=4.0, **{"pred/peak_memory_gib": 3.0})
+    result = report.summary([old, new])
+    assert result["median_abs_error/peak_memory_gib"] == pytest.approx(0.25)
+    assert "spearman/peak_memory_gib" not in result  # one run has it: nothing to rank
+    assert "spearman/step_time_s" not in result  # the two step times are the same: no ranks
+    lines = report.table([old, new], result).splitlines()
+    assert "peak GiB measured" in lines[0]
+    assert lines[1].split() == ["old", "2.0000", "2.5000", "+25.0%", "-", "-", "-"]
+    assert lines[2].split() == ["new", "2.0000", "2.5000", "+25.0%", "4.0000", "3.0000", "-25.0%"]
+    assert len(report.picture([old, new], result).axes) == 2
+    # No run with memory (a sweep from before it was measured): step time only, as it was.
+    result = report.summary([old, fake_run("older", step_time_s=1.0, **{"pred/step_time_s": 1.2})])
+    assert not any("peak_memory_gib" in key for key in result)
+    assert "peak GiB" not in report.table([old], result)
+    assert len(report.picture([old], result).axes) == 1
 
 
 @pytest.mark.slow
@@ -161,7 +243,8 @@ def test_calibrate_measures_this_host_into_a_usable_profile(
     job = ["mode=calibrate", "model=ffnn"]
     cfg, choices = compose_job(*job)
     measured = run_job(cfg, choices, job)
-    assert measured["matmul_flops"] > 1e8  # any CPU of this century does 0.1 GFLOP/s
+    peaks = measured["matmul_flops"]  # a CPU: fp32 and bf16, no TF32 or fp16 fast path
+    assert set(peaks) == {"fp32", "bf16"} and min(peaks.values()) > 1e8  # 0.1 GFLOP/s
     for link in ("all_reduce", "p2p"):  # more bytes take longer, and loopback moves > 10 MB/s
         assert measured["times"][link][-1] > measured["times"][link][0]  # 1 MB against 4 kB
         assert measured[link]["bandwidth_bytes_s"] > 1e7
@@ -169,7 +252,8 @@ def test_calibrate_measures_this_host_into_a_usable_profile(
     cpu, _ = compose_job("mode=plan")
     profile = OmegaConf.merge(cpu.hardware, {k: v for k, v in written.items() if k != "defaults"})
     validate.check_profile(profile)
-    assert profile.peak_tflops.fp32 == pytest.approx(measured["matmul_flops"] / 1e12, rel=1e-3)
+    for key, flops in peaks.items():
+        assert profile.peak_tflops[key] == pytest.approx(flops / 1e12, rel=1e-3)
 
 
 def test_the_snapshot_interval_minimises_the_expected_waste() -> None:

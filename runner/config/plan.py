@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.choices import DTYPES
-from runner.errors import one_of, require
+from runner.errors import require
 from runner.models.registry import SPECS, spec_for
 
 
@@ -16,8 +15,6 @@ class PlanConfig:
 
     hours: float | None = None  # a duration to price ...
     tokens: float | None = None  # ... or a token (sample) budget; neither: trainer.max_steps
-    # one of runner.choices.DTYPES (bf16: mixed precision, bf16 weights and grads, fp32 Adam state)
-    dtype: str = "fp32"
     recompute: bool = False  # keep only each layer's input; recompute the rest in backward
     json: bool = False  # print one JSON object as the last line of standard output
     # Failures: Meta's Llama 3 405B run saw 419 interruptions in 54 days on 16,384 GPUs, one per
@@ -33,14 +30,12 @@ class ReportConfig:
     sweep: str | None = None  # the sweep's parent run id; None: the newest sweep
 
 
-def check_plan(p: Any, model: Any, peak_tflops: Any) -> None:
+def check_plan(p: Any, model: Any) -> None:
     require(
         spec_for(model) is not None,
         "model",
         f"the planner sizes the models of runner/models/ only ({', '.join(SPECS)})",
     )
-    one_of(p.dtype, "plan.dtype", DTYPES)
-    require(p.dtype in peak_tflops, "hardware.peak_tflops", f"has no {p.dtype} figure")
     require(p.hours is None or p.tokens is None, "plan.hours", "give plan.hours or plan.tokens")
     for key in ("hours", "tokens"):
         require(p[key] is None or p[key] > 0, f"plan.{key}", f"must be positive, got {p[key]}")

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.choices import OPTIMIZERS
+from runner.choices import OPTIMIZERS, PRECISIONS
 from runner.errors import one_of, positive, require
+from runner.mesh import Mesh
+from runner.precision import precision_of
 
 
 @dataclass
@@ -22,15 +24,71 @@ class TrainerConfig:
     # false: losses and throughput only, no per-rank timing, traffic counting or timeline (the
     # baseline of what measuring costs: benchmarks/overhead.py)
     measure: bool = True
+    # one of runner.choices.PRECISIONS, Lightning's names: 32-true | bf16-mixed | 16-mixed
+    precision: str = "32-true"
+    compile: bool = False  # torch.compile the model (one device or data parallelism)
+    tf32: bool = False  # fp32 matmuls on TF32 tensor cores (GPUs from Ampere on)
 
 
 def check_trainer(t: Any) -> None:
     positive(t, "trainer", "max_steps", "lr", "val_every_n_steps")
     require(t.weight_decay >= 0, "trainer.weight_decay", f"must be 0 or more, got {t.weight_decay}")
     one_of(t.optimizer, "trainer.optimizer", OPTIMIZERS)
+    one_of(t.precision, "trainer.precision", PRECISIONS)
     require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
     require(
         0 <= t.warmup_steps < t.max_steps,
         "trainer.warmup_steps",
         f"must be in 0..trainer.max_steps-1 (timing needs steps after it), got {t.warmup_steps}",
+    )
+
+
+def check_precision(t: Any, hw: Any, mesh: Mesh, train: bool) -> None:
+    """What the precision, compile and TF32 options ask of the hardware and the layout."""
+    split = mesh.tp > 1 or mesh.pp > 1
+    require(
+        not (t.precision == "16-mixed" and hw.accelerator == "cpu"),
+        "trainer.precision",
+        "16-mixed (fp16 autocast) runs on GPUs only; on a CPU use bf16-mixed or 32-true",
+    )
+    require(
+        not (t.precision == "16-mixed" and split),
+        "trainer.precision",
+        "16-mixed scales the loss, which the pipeline schedule's backward and DTensor-split layers "
+        "do not take here; use bf16-mixed (no scaling needed) or 32-true",
+    )
+    require(
+        not (t.compile and split),
+        "trainer.compile",
+        "compiles one device or data parallelism (parallel.tp and parallel.pp 1): pipeline "
+        "stages and tensor-parallel layers run eagerly",
+    )
+    require(
+        not (t.tf32 and hw.accelerator == "cpu"),
+        "trainer.tf32",
+        "TF32 is a GPU tensor-core format (Ampere on); hardware.accelerator is cpu",
+    )
+    compute = precision_of(t).compute
+    require(
+        compute in hw.peak_tflops,
+        "hardware.peak_tflops",
+        f"has no {compute} figure, which trainer.precision={t.precision} needs "
+        f"(it has {', '.join(hw.peak_tflops)})",
+    )
+    if train and hw.accelerator == "gpu":
+        check_gpu_precision(t)
+
+
+def check_gpu_precision(t: Any) -> None:
+    import torch  # only when training on a GPU: the CPU path stays free of heavy imports
+
+    require(
+        t.precision != "bf16-mixed" or torch.cuda.is_bf16_supported(),
+        "trainer.precision",
+        f"bf16-mixed, but {torch.cuda.get_device_name()} has no bf16: use 16-mixed or 32-true",
+    )
+    require(
+        not t.tf32 or torch.cuda.get_device_capability() >= (8, 0),
+        "trainer.tf32",
+        f"{torch.cuda.get_device_name()} has no TF32 tensor cores (Ampere on)",
     )

@@ -18,17 +18,17 @@ from runner.job import Job
 from runner.layouts.data import traffic as data_traffic
 from runner.layouts.pipeline import traffic as pipeline_traffic
 from runner.layouts.tensor import traffic as tensor_traffic
-from runner.layouts.traffic import FP32_BYTES, Traffic
+from runner.layouts.traffic import Traffic
 from runner.mesh import mesh_of
 
 TRAFFIC = (data_traffic.traffic, tensor_traffic.traffic, pipeline_traffic.traffic)
 
 
-def traffic(job: Job, elem: int = FP32_BYTES) -> Traffic:
-    """Every dimension's traffic for the job's mesh; `elem`: bytes per element."""
+def traffic(job: Job) -> Traffic:
+    """Every dimension's traffic for the job's mesh, at the job's precision."""
     out = Traffic()
     for part in TRAFFIC:
-        found = part(job, elem)
+        found = part(job)
         out.payload |= found.payload
         out.calls |= found.calls
     return out

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FP32_BYTES = 4
-
 
 @dataclass
 class Traffic:

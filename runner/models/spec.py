@@ -85,6 +85,14 @@ class ModelSpec:
     def activation_bytes(self, m: Cfg, held: Activations) -> float:
         return 0.0  # too small to count
 
+    # What one layer hands the next under mixed precision: autocast's 16 bits, unless layers add
+    # their outputs to a stream autocast leaves fp32 (a transformer's residual stream). That is what
+    # a pipeline sends between stages and what tensor parallelism's backward all-reduces carry.
+    fp32_stream = False
+
+    def between_layers_bytes(self, activation_bytes: int) -> int:
+        return 4 if self.fp32_stream else activation_bytes
+
     # --- pipeline parallelism ---
     def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
         """Elements of one sample's activation crossing each boundary between stages."""

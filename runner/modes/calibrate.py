@@ -1,12 +1,14 @@
-"""mode=calibrate: measure this host and write a hardware profile that later runs can use.
+"""mode=calibrate: measure this host, or its GPU, and write a hardware profile later runs can use.
 
-Measured: matmul FLOP/s on all cores (the best of a few sizes); the FLOP/s a plain training step
-of the configured model reaches in a plain PyTorch loop, which sets compute_efficiency; what the
-runner's own step (Lightning, hooks, logging) adds to it; DTensor's cost per tensor-parallel layer;
-and gloo's all-reduce and point-to-point time between two
-processes over 127.0.0.1 for messages from 4 kB to 16 MB, fitted as latency + size / bandwidth.
-The profile goes to conf/hardware/calibrated.yaml (hardware=calibrated), the measurements to an
-MLflow run (tag mode=calibrate).
+Measured: matmul FLOP/s at each precision the device has (on a CPU all cores; the best of a few
+sizes); the FLOP/s a plain training step of the configured model reaches in a plain PyTorch loop at
+trainer.precision, which sets compute_efficiency; what the runner's own step (Lightning, hooks,
+logging) adds to it. On a CPU also DTensor's cost per tensor-parallel layer, and gloo's all-reduce
+and point-to-point time between two processes over 127.0.0.1 for messages from 4 kB to 16 MB,
+fitted as latency + size / bandwidth; on a GPU the links are the profile's own (one process, one
+device, measures no network). The profile, based on the one the run was given, goes to
+conf/hardware/calibrated.yaml (hardware=calibrated), the measurements to an MLflow run (tag
+mode=calibrate).
 """
 
 from __future__ import annotations
@@ -29,29 +31,54 @@ from torch import nn
 from runner.allocator import keep_freed_memory
 from runner.job import Job
 from runner.planner.timing import model_flops_per_step
+from runner.precision import precision_of
 
 PROFILE = Path(__file__).resolve().parents[2] / "conf" / "hardware" / "calibrated.yaml"
 SIZES = [2**k for k in range(12, 25, 2)]  # 4 kB .. 16 MB
 REPEATS = 5
+CPU = torch.device("cpu")
 LINK_REPEATS = 25  # small messages are noisy: a scheduler hiccup is longer than the message
 
 
-def best_time(fn: Callable[[], Any], repeats: int = REPEATS) -> float:
-    fn()  # warm-up: allocation, thread pool
+def settle(device: torch.device) -> None:
+    """A GPU runs work asynchronously: the host waits for it before reading a clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_time(fn: Callable[[], Any], repeats: int = REPEATS, device: torch.device = CPU) -> float:
+    fn()  # warm-up: allocation, thread pool, kernel selection
     times = []
     for _ in range(repeats):
+        settle(device)
         start = time.perf_counter()
         fn()
+        settle(device)
         times.append(time.perf_counter() - start)
     return min(times)
 
 
-def matmul_flops() -> float:
-    best = 0.0
-    for n in (256, 512, 1024):
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        best = max(best, 2 * n**3 / best_time(lambda a=a, b=b: a @ b))
+# The peak_tflops keys a device has, and the torch dtype of each (tf32: fp32 on tensor cores).
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
+GPU_DTYPES = DTYPES | {"fp16": torch.float16}
+SQUARES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
+
+
+def matmul_flops(device: torch.device, key: str) -> float:
+    """The best FLOP/s of square matmuls at one peak_tflops key."""
+    best, dtype = 0.0, GPU_DTYPES[key]
+    torch.set_float32_matmul_precision("high" if key == "tf32" else "highest")
+    for n in SQUARES[device.type]:
+        a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+        best = max(best, 2 * n**3 / best_time(lambda a=a, b=b: a @ b, device=device))
+    torch.set_float32_matmul_precision("highest")
     return best
+
+
+def peak_flops(device: torch.device) -> dict[str, float]:
+    """Each precision's matmul peak; a CPU has no TF32 or fp16 fast path to measure."""
+    keys = GPU_DTYPES if device.type == "cuda" else ("fp32", "bf16")
+    return {key: matmul_flops(device, key) for key in keys}
 
 
 QUICK = {"max_steps": 12, "warmup_steps": 4, "val_batches": 0, "progress_bar": False}
@@ -64,13 +91,15 @@ def runner_step_time(cfg: DictConfig) -> float:
     return train(OmegaConf.merge(cfg, {"trainer": QUICK}))["step_time_s"]
 
 
-def random_batch(cfg: DictConfig, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def random_batch(
+    cfg: DictConfig, model: nn.Module, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of the configured shape; the values do not change the time a step takes."""
     b = cfg.data.batch_size
     if cfg.data.get("seq_len"):  # token ids in, next token ids out
-        tokens = torch.randint(0, cfg.data.vocab_size, (b, cfg.data.seq_len))
+        tokens = torch.randint(0, cfg.data.vocab_size, (b, cfg.data.seq_len), device=device)
         return tokens, tokens
-    x = torch.randn(b, cfg.data.n_features)
+    x = torch.randn(b, cfg.data.n_features, device=device)
     out = model(x)
     if cfg.data.loss == "cross_entropy":
         return x, torch.randint(0, out.shape[-1], (b,))
@@ -81,18 +110,25 @@ def plain_step_time(cfg: DictConfig) -> float:
     """The same step in a plain PyTorch loop: forward, loss, backward, the optimizer."""
     from runner import plain_loop
 
-    model, optimizer, loss_fn = plain_loop.build(cfg)
-    x, y = random_batch(cfg, model)
+    device = device_of(cfg)
+    model, optimizer, loss_fn = plain_loop.build(cfg, device)
+    x, y = (t.to(device) for t in random_batch(cfg, model, device))
 
     def step() -> None:
-        plain_loop.step(model, optimizer, loss_fn, x, y)
+        plain_loop.step(model, optimizer, loss_fn, x, y, cfg.trainer.precision)
 
     for _ in range(QUICK["warmup_steps"]):
         step()
+    settle(device)
     start = time.perf_counter()
     for _ in range(QUICK["max_steps"] - QUICK["warmup_steps"]):
         step()
+    settle(device)
     return (time.perf_counter() - start) / (QUICK["max_steps"] - QUICK["warmup_steps"])
+
+
+def device_of(cfg: DictConfig) -> torch.device:
+    return torch.device("cuda" if cfg.hardware.accelerator == "gpu" else "cpu")
 
 
 def _links(rank: int, port: int, out: str) -> None:
@@ -154,25 +190,32 @@ def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
 
 
 def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
-    cores = len(os.sched_getaffinity(0))
+    device, cores = device_of(cfg), len(os.sched_getaffinity(0))
     torch.set_num_threads(cores)
     if cfg.hardware.keep_freed_memory:  # as every rank will run: the plain step's speed sets
         keep_freed_memory()  # compute_efficiency (measured: 5-8 % faster kept)
-    peak = matmul_flops()
+    peaks = peak_flops(device)
     plain = plain_step_time(cfg)
     step = runner_step_time(cfg)
-    overhead = max(0.0, step - plain)  # what the runner (Lightning, hooks, logging) adds
+    compute = precision_of(job.trainer).compute
+    measured = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cores} cores",
+        "matmul_flops": peaks,
+        "step_time_s": step,
+        "step_overhead_s": max(0.0, step - plain),  # what the runner (Lightning, hooks) adds
+        "plain_step_time_s": plain,
+        "step_flops": model_flops_per_step(job) / plain,
+        "compute": compute,  # the peak the step's FLOP/s are a share of
+    }
+    return measured | (link_figures() if device.type == "cpu" else {})
+
+
+def link_figures() -> dict[str, Any]:
     links = link_times()
     # A ring all-reduce of S bytes over 2 ranks puts 2(n-1)/n * S = S on the wire.
     ar_latency, ar_bandwidth = fit_line(SIZES, links["all_reduce"])
     p2p_latency, p2p_bandwidth = fit_line(SIZES, links["p2p"])
     return {
-        "cores": cores,
-        "matmul_flops": peak,
-        "step_time_s": step,
-        "step_overhead_s": overhead,
-        "plain_step_time_s": plain,
-        "step_flops": model_flops_per_step(job) / plain,
         "all_reduce": {"latency_s": ar_latency, "bandwidth_bytes_s": ar_bandwidth},
         "p2p": {"latency_s": p2p_latency, "bandwidth_bytes_s": p2p_bandwidth},
         "sizes": SIZES,
@@ -181,22 +224,28 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     }
 
 
-def profile_yaml(m: Mapping[str, Any]) -> str:
-    bandwidth = min(m["all_reduce"]["bandwidth_bytes_s"], m["p2p"]["bandwidth_bytes_s"]) / 1e9
-    latency = max(m["all_reduce"]["latency_s"], m["p2p"]["latency_s"]) * 1e6
-    efficiency = min(1.0, m["step_flops"] / m["matmul_flops"])
-    return f"""# This host ({m["cores"]} cores), as `python -m runner mode=calibrate` measured it on
-# {time.strftime("%Y-%m-%d")}. Use it with hardware=calibrated.
+def profile_yaml(m: Mapping[str, Any], base: str) -> str:
+    """The profile `base` with what was measured in place of its figures."""
+    peaks = "\n".join(f"  {k}: {v / 1e12:.5f}" for k, v in m["matmul_flops"].items())
+    efficiency = min(1.0, m["step_flops"] / m["matmul_flops"][m["compute"]])
+    return f"""# This host ({m["device"]}), as `python -m runner mode=calibrate` measured it on
+# {time.strftime("%Y-%m-%d")}, on the profile {base}. Use it with hardware=calibrated.
 defaults:
-  - cpu
+  - {base}
   - _self_
 
-peak_tflops:
-  fp32: {m["matmul_flops"] / 1e12:.5f}  # best matmul (256..1024), all cores
-  bf16: {m["matmul_flops"] / 1e12:.5f}
-compute_efficiency: {efficiency:.4f}  # a plain training step's FLOP/s / peak
+peak_tflops:  # the best square matmul at each precision
+{peaks}
+compute_efficiency: {efficiency:.4f}  # a plain training step's FLOP/s / its precision's peak
 step_overhead_s: {m["step_overhead_s"]:.5f}  # the runner's step less a plain PyTorch loop's
-tp_layer_overhead_us: {m["tp_layer_overhead_s"] * 1e6:.1f}  # DTensor's dispatch per split layer
+""" + (link_yaml(m) if "p2p" in m else "")
+
+
+def link_yaml(m: Mapping[str, Any]) -> str:
+    bandwidth = min(m["all_reduce"]["bandwidth_bytes_s"], m["p2p"]["bandwidth_bytes_s"]) / 1e9
+    latency = max(m["all_reduce"]["latency_s"], m["p2p"]["latency_s"]) * 1e6
+    overhead_us = m["tp_layer_overhead_s"] * 1e6
+    return f"""tp_layer_overhead_us: {overhead_us:.1f}  # DTensor's dispatch per split layer
 intra_node:
   name: gloo over loopback (measured)
   bandwidth_gbs: {bandwidth:.4f}
@@ -214,7 +263,10 @@ def run(
         measured = measure(cfg, job)
         record.log_metrics(flat_metrics({k: v for k, v in measured.items() if k != "times"}))
         record.client.log_dict(record.run_id, measured, "calibration.json")
-        PROFILE.write_text(profile_yaml(measured))
+        base = choices.get("hardware") or "cpu"
+        if base == "calibrated":  # calibrating again from the last calibration: its own base
+            base = "cpu" if cfg.hardware.accelerator == "cpu" else "h100"
+        PROFILE.write_text(profile_yaml(measured, base))
         record.client.log_artifact(record.run_id, str(PROFILE))
     print(PROFILE.read_text())
     print(f"wrote {PROFILE}: use it with hardware=calibrated")

@@ -1,6 +1,6 @@
 """mode=report: how far to trust the planner. A sweep's runs, each figure predicted next to
 measured: a table, a picture, the error per figure, and whether the planner ranks the layouts in
-the order the measurements do (Spearman's rank correlation of step time).
+the order the measurements do (Spearman's rank correlation of step time and of peak memory).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from statistics import median
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from mlflow import MlflowClient
 from mlflow.entities import Run as MlflowRun
@@ -22,12 +23,22 @@ from runner.tracking import experiment_id
 # measured metric -> its prediction
 FIGURES = {
     "step_time_s": "pred/step_time_s",
+    "peak_memory_gib": "pred/peak_memory_gib",
+    "mfu": "pred/mfu",
     "idle_fraction": "pred/idle_fraction",
     "bubble_fraction_measured": "bubble_fraction_theory",
     "comm_bytes_per_step/dp": "pred/comm_bytes_per_step/dp",
     "comm_bytes_per_step/tp": "pred/comm_bytes_per_step/tp",
     "comm_bytes_per_step/pp": "pred/comm_bytes_per_step/pp",
 }
+# The figures ranked, tabled and drawn: measured metric -> (table heading, axis label). Step time
+# says which layout is fastest, peak memory which fit; every training run has step time (it is
+# what makes a run comparable), an older one may lack memory.
+COMPARED = {
+    "step_time_s": ("step s", "step time (s)"),
+    "peak_memory_gib": ("peak GiB", "peak memory (GiB)"),
+}
+Pair = tuple[MlflowRun, float, float]  # a run, its measured figure and the prediction
 
 
 def sweep_runs(client: MlflowClient, cfg: DictConfig) -> tuple[str, list[MlflowRun]]:
@@ -75,59 +86,93 @@ def training_runs(
     return sorted(trained, key=lambda r: r.info.start_time), runs
 
 
+def pairs(runs: list[MlflowRun], figure: str) -> list[Pair]:
+    """The runs that have `figure` measured (not 0: errors are relative to it) and predicted, each
+    with the two."""
+    predicted = FIGURES[figure]
+    return [
+        (r, r.data.metrics[figure], r.data.metrics[predicted])
+        for r in runs
+        if predicted in r.data.metrics and r.data.metrics.get(figure)
+    ]
+
+
+def sides(found: list[Pair]) -> tuple[list[float], list[float]]:
+    """The measured and the predicted values of `pairs`."""
+    return [m for _, m, _ in found], [p for _, _, p in found]
+
+
 def errors(runs: list[MlflowRun]) -> dict[str, list[float]]:
     """Relative error (predicted - measured) / measured of every figure a run has both of."""
-    out: dict[str, list[float]] = {}
-    for run in runs:
-        m = run.data.metrics
-        for measured, predicted in FIGURES.items():
-            if measured in m and predicted in m and m[measured]:
-                out.setdefault(measured, []).append((m[predicted] - m[measured]) / m[measured])
-    return out
+    found = {f: [(p - m) / m for _, m, p in pairs(runs, f)] for f in FIGURES}
+    return {f: e for f, e in found.items() if e}
 
 
 def summary(runs: list[MlflowRun]) -> dict[str, float]:
-    found = errors(runs)
-    out = {f"median_abs_error/{k}": median(abs(e) for e in v) for k, v in found.items()}
-    measured = [r.data.metrics["step_time_s"] for r in runs]
-    predicted = [r.data.metrics["pred/step_time_s"] for r in runs]
-    out["spearman/step_time_s"] = float(spearmanr(predicted, measured).statistic)
+    out = {f"median_abs_error/{k}": median(abs(e) for e in v) for k, v in errors(runs).items()}
+    for figure in COMPARED:
+        measured, predicted = sides(pairs(runs, figure))
+        # A rank correlation needs 2 runs, and is undefined where either side is all one value
+        # (a sweep of data-parallel widths predicts the same memory for each).
+        if len(set(measured)) > 1 and len(set(predicted)) > 1:
+            out[f"spearman/{figure}"] = float(spearmanr(predicted, measured).statistic)
     out["runs"] = float(len(runs))
     return out
 
 
+def compared(runs: list[MlflowRun]) -> list[str]:
+    """The figures of COMPARED that at least one run has both of."""
+    return [f for f in COMPARED if pairs(runs, f)]
+
+
+def cells(run: MlflowRun, figure: str) -> str:
+    """A run's measured, predicted and error of `figure`, "-" in each where it lacks them."""
+    width = len(f"{COMPARED[figure][0]} measured")
+    found = pairs([run], figure)
+    if not found:
+        return f" {'-':>{width}} {'-':>10} {'-':>8}"
+    _, meas, pred = found[0]
+    return f" {meas:>{width}.4f} {pred:>10.4f} {pred / meas - 1:>+8.1%}"
+
+
 def table(runs: list[MlflowRun], result: Mapping[str, float]) -> str:
-    lines = [f"{'run':<48} {'step s measured':>15} {'predicted':>10} {'error':>8}"]
-    for run in runs:
-        m = run.data.metrics
-        meas, pred = m["step_time_s"], m["pred/step_time_s"]
-        lines.append(
-            f"{run.info.run_name[:48]:<48} {meas:>15.4f} {pred:>10.4f} {pred / meas - 1:>+8.1%}"
-        )
+    shown = compared(runs)
+    head = "".join(f" {COMPARED[f][0]} measured {'predicted':>10} {'error':>8}" for f in shown)
+    lines = [f"{'run':<48}{head}"]
+    lines += [f"{r.info.run_name[:48]:<48}" + "".join(cells(r, f) for f in shown) for r in runs]
     lines.append("")
     lines += [f"{k}: {v:.3f}" for k, v in result.items()]
     return "\n".join(lines)
 
 
-def picture(runs: list[MlflowRun], result: Mapping[str, float]) -> Figure:
-    fig = Figure(figsize=(7, 6))
-    ax = fig.add_subplot()
-    measured = [r.data.metrics["step_time_s"] for r in runs]
-    predicted = [r.data.metrics["pred/step_time_s"] for r in runs]
+def title(figure: str, runs: int, result: Mapping[str, float]) -> str:
+    rank = result.get(f"spearman/{figure}")  # none from fewer than 2 runs
+    ranked = "" if rank is None else f", Spearman {rank:.2f}"
+    return f"median |error| {result[f'median_abs_error/{figure}']:.0%}{ranked}, {runs} runs"
+
+
+def panel(ax: Axes, runs: list[MlflowRun], figure: str, result: Mapping[str, float]) -> None:
+    """Predicted against measured `figure`, log-log, each point named by its layout."""
+    found, label = pairs(runs, figure), COMPARED[figure][1]
+    measured, predicted = sides(found)
     ax.scatter(measured, predicted)
-    for run, x, y in zip(runs, measured, predicted, strict=True):
+    for run, x, y in found:
         ax.annotate(run.data.tags.get("parallel", ""), (x, y), fontsize=8, xytext=(4, 4),
                     textcoords="offset points")  # fmt: skip
     low, high = min(measured + predicted) * 0.8, max(measured + predicted) * 1.25
     ax.plot([low, high], [low, high], color="grey", linestyle="--", label="predicted = measured")
     ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high))
-    ax.set_xlabel("measured step time (s)")
-    ax.set_ylabel("predicted step time (s)")
-    ax.set_title(
-        f"median |error| {result['median_abs_error/step_time_s']:.0%}, "
-        f"Spearman {result['spearman/step_time_s']:.2f}, {len(runs)} runs"
-    )
+    ax.set_xlabel(f"measured {label}")
+    ax.set_ylabel(f"predicted {label}")
+    ax.set_title(title(figure, len(found), result))
     ax.legend(loc="upper left")
+
+
+def picture(runs: list[MlflowRun], result: Mapping[str, float]) -> Figure:
+    shown = compared(runs)
+    fig = Figure(figsize=(7 * len(shown), 6))
+    for i, figure in enumerate(shown, start=1):
+        panel(fig.add_subplot(1, len(shown), i), runs, figure, result)
     fig.tight_layout()
     return fig
 

@@ -11,20 +11,34 @@ from runner.config import PlanConfig
 from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
-from runner.layouts.traffic import FP32_BYTES, ring_allreduce_bytes
+from runner.layouts.traffic import ring_allreduce_bytes
 from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share
-from runner.planner.memory import DTYPE_BYTES, memory_per_device_gib
+from runner.planner.memory import memory_per_device_gib
 from runner.planner.timing import model_flops_per_step, step_time
+from runner.precision import precision_of
 
-__all__ = ["plan", "predict", "ring_allreduce_bytes"]
+__all__ = ["mfu", "plan", "predict", "ring_allreduce_bytes"]
+
+
+def mfu(job: Job, step_time_s: float) -> float:
+    """Model FLOPs utilization: the model's FLOPs in a step (6 per parameter and token, attention
+    besides: no recomputation, no padding counted) over what the job's devices could do in that
+    time at the run's precision (runner/precision.py)."""
+    hw, compute = job.hardware, precision_of(job.trainer).compute
+    peak = hw.peak_tflops[compute] * 1e12 / device_share(hw)
+    return model_flops_per_step(job) / step_time_s / (job.mesh.world * peak)
 
 
 def predict(job: Job) -> dict[str, float]:
-    """`pred/...` for every figure a training run measures (fp32, as the runner trains)."""
-    mesh, moved = job.mesh, traffic(job, FP32_BYTES)
+    """`pred/...` for every figure a training run measures, at the run's precision."""
+    mesh, moved = job.mesh, traffic(job)
     time = step_time(job, moved)
-    out = {"pred/step_time_s": time.total_s}
+    out = {
+        "pred/step_time_s": time.total_s,
+        "pred/mfu": mfu(job, time.total_s),
+        "pred/peak_memory_gib": memory_per_device_gib(job)["total"],
+    }
     if mesh.world < 2:
         return out
     out["pred/idle_fraction"] = time.idle_fraction
@@ -40,23 +54,21 @@ def predict(job: Job) -> dict[str, float]:
 def plan(job: Job) -> dict[str, Any]:
     """Everything mode=plan reports for one job (the model's sizes: runner/modes/plan.py)."""
     mesh, settings, hw = job.mesh, job.plan, job.hardware
-    dtype = settings.dtype
-    moved = traffic(job, DTYPE_BYTES[dtype])
-    time = step_time(job, moved, dtype)
+    moved = traffic(job)
+    time = step_time(job, moved)
     tokens_per_s = job.batch_size / time.total_s * job.tokens_per_sample
     hours = duration_hours(settings, tokens_per_s, job.trainer.max_steps * time.total_s)
     energy = energy_kwh(hw, mesh.world, hours * 3600)
-    peak = hw.peak_tflops[dtype] * 1e12 / device_share(hw)
     return {
         "world_size": mesh.world,
-        "mem_per_device_gib": memory_per_device_gib(job, dtype, settings.recompute),
+        "mem_per_device_gib": memory_per_device_gib(job, settings.recompute),
         "comm_bytes_per_step": {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
         "comm_time_s": {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
         "bubble_fraction": pipeline_bubble(job),
         "step_time_s": time.total_s,
         "idle_fraction": time.idle_fraction,
         "tokens_per_s": tokens_per_s,
-        "mfu": model_flops_per_step(job) / time.total_s / (mesh.world * peak),
+        "mfu": mfu(job, time.total_s),
         "hours": hours,
         "energy_kwh": energy,
         "cost_usd": energy * hw.usd_per_kwh,

@@ -1,7 +1,9 @@
 """Memory per device: weights, gradients, optimizer state and activations, on the busiest rank.
 
-Weights and gradients at the training dtype; AdamW keeps two fp32 moments (and, with bf16, an
-fp32 master copy of the weights: mixed precision). Activations as the model's spec counts them
+Weights, gradients and AdamW's two moments in fp32 at every precision: mixed precision is torch's
+autocast (runner/precision.py), which adds a 16-bit copy of each weight, held from forward until
+backward. (Megatron's scheme, 16-bit weights and gradients with an fp32 master copy, comes to the
+same 16 bytes a parameter before the copies.) Activations as the model's spec counts them
 (the decoder's: Korthikanti et al. 2022) for the micro-batches a stage holds in flight: the first
 pipeline stage holds min(m, p) micro-batches under 1F1B, all m under GPipe.
 """
@@ -10,15 +12,13 @@ from __future__ import annotations
 
 from runner.job import Job
 from runner.models.spec import Activations
+from runner.precision import PARAM_BYTES, precision_of
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2}
 GIB = 2**30
 
 
-def optimizer_bytes_per_param(optimizer: str, dtype: str) -> int:
-    moments = 8 if optimizer == "adamw" else 0
-    master = 4 if dtype == "bf16" else 0
-    return moments + master
+def optimizer_bytes_per_param(optimizer: str) -> int:
+    return 8 if optimizer == "adamw" else 0  # two fp32 moments
 
 
 def params_per_device(job: Job) -> int:
@@ -36,33 +36,35 @@ def in_flight(job: Job) -> int:
     return m if p.schedule == "gpipe" else min(m, job.mesh.pp * p.virtual_stages)
 
 
-def activation_bytes(job: Job, dtype: str, recompute: bool) -> float:
+def activation_bytes(job: Job, recompute: bool) -> float:
     held = Activations(
         micro=job.batch_size // (job.mesh.dp * job.microbatches),
         seq_len=job.data.get("seq_len", 0),
         layers=max(len(s) for s in job.stages),
         in_flight=in_flight(job),
         tp=job.mesh.tp,
-        elem=DTYPE_BYTES[dtype],
+        elem=precision_of(job.trainer).activation_bytes,
         recompute=recompute,
     )
     return job.spec.activation_bytes(job.model, held)
 
 
-def memory_per_device_gib(job: Job, dtype: str, recompute: bool = False) -> dict[str, float]:
-    params, elem = params_per_device(job), DTYPE_BYTES[dtype]
+def memory_per_device_gib(job: Job, recompute: bool = False) -> dict[str, float]:
+    params, precision = params_per_device(job), precision_of(job.trainer)
     out = {
-        "weights": params * elem / GIB,
-        "gradients": params * elem / GIB,
-        "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer, dtype) / GIB,
-        "activations": activation_bytes(job, dtype, recompute) / GIB,
+        "weights": params * PARAM_BYTES / GIB,
+        "weight_copies": params * precision.weight_copy_bytes / GIB,
+        "gradients": params * PARAM_BYTES / GIB,
+        "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer) / GIB,
+        "activations": activation_bytes(job, recompute) / GIB,
     }
     return out | {"total": sum(out.values())}
 
 
-def largest_layer_gib(job: Job, dtype: str) -> float:
+def largest_layer_gib(job: Job) -> float:
     """One layer (a block, the embedding, or a Linear), as tensor parallelism splits it, with its
     gradients and optimizer state: the least any device must hold."""
     params = job.spec.largest_layer_params(job.model, job.mesh.tp)
-    per_param = 2 * DTYPE_BYTES[dtype] + optimizer_bytes_per_param(job.trainer.optimizer, dtype)
+    copy = precision_of(job.trainer).weight_copy_bytes
+    per_param = 2 * PARAM_BYTES + copy + optimizer_bytes_per_param(job.trainer.optimizer)
     return params * per_param / GIB

@@ -15,6 +15,7 @@ from runner.job import Job
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import Traffic
 from runner.planner.hardware import flops_per_device, tier, transfer_s
+from runner.precision import precision_of
 
 
 @dataclass
@@ -55,9 +56,9 @@ def split_layer_passes(job: Job) -> float:
     return passes * job.microbatches / job.mesh.pp
 
 
-def step_time(job: Job, traffic: Traffic, dtype: str = "fp32") -> StepTime:
+def step_time(job: Job, traffic: Traffic) -> StepTime:
     hw, mesh = job.hardware, job.mesh
-    compute = rank_flops_per_step(job) / flops_per_device(hw, dtype)
+    compute = rank_flops_per_step(job) / flops_per_device(hw, precision_of(job.trainer).compute)
     bubble = pipeline_bubble(job)
     comm = {}
     for dim, payload in traffic.payload.items():

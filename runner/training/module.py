@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch import nn
 
 from runner.losses import LOSSES
-from runner.optimizers import OPTIMIZERS
+from runner.optimizers import OPTIMIZERS, options
 
 
 def mean_over_ranks(value: torch.Tensor) -> Callable[[], torch.Tensor]:
@@ -56,5 +56,7 @@ class TrainModule(pl.LightningModule):
         self.log("val_loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        params = list(self.model.parameters())
         optimizer = OPTIMIZERS[self.optimizer_name]
-        return optimizer(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        extra = options(self.optimizer_name, params)
+        return optimizer(params, lr=self.lr, weight_decay=self.weight_decay, **extra)

@@ -32,6 +32,7 @@ from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.planner.failures import priced
 from runner.snapshots import Snapshots
+from runner.threads import this_rank_threads
 from runner.training.callbacks.faults import FaultInjection, Progress
 from runner.training.callbacks.progress_bar import ProgressBar
 from runner.training.callbacks.rank_timing import LoopTiming, RankTiming, combine
@@ -40,10 +41,12 @@ from runner.validate import ConfigError
 
 
 def set_process(cfg: DictConfig) -> None:
-    """Threads per rank = cores / ranks on this node: on a crowded CPU timings mean nothing. And
-    malloc keeping what a step frees for the next (runner/allocator.py)."""
-    cores = len(os.sched_getaffinity(0))
-    torch.set_num_threads(cfg.hardware.threads_per_rank or max(1, cores // cfg.hardware.devices))
+    """Threads per rank, unless hardware.threads_per_rank says: the cores a launcher bound this
+    rank to (torchrun, srun --cpu-bind), else cores / ranks on this node (runner/threads.py); on a
+    crowded CPU timings mean nothing. And malloc keeping what a step frees for the next
+    (runner/allocator.py)."""
+    threads = cfg.hardware.threads_per_rank or this_rank_threads(cfg.hardware.devices)
+    torch.set_num_threads(threads)
     if cfg.hardware.keep_freed_memory:
         keep_freed_memory()
 
@@ -145,6 +148,7 @@ def build_trainer(
         devices=cfg.hardware.devices,
         num_nodes=cfg.hardware.nodes,
         strategy=layouts.strategy(cfg),
+        precision=t.precision,  # Lightning's autocast (runner/precision.py)
         use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
         max_steps=t.max_steps - start,
         max_epochs=-1,
@@ -176,6 +180,15 @@ def end_on_sigterm(trainer: pl.Trainer) -> None:
     replace_sigterm_handling(trainer, exit_on_sigterm)
 
 
+def build_model(cfg: DictConfig) -> torch.nn.Module:
+    model = instantiate(cfg.model, _convert_="all")
+    if cfg.trainer.tf32:  # checked: a GPU with TF32 tensor cores
+        torch.set_float32_matmul_precision("high")
+    if cfg.trainer.compile:  # in place: the state dict keeps its keys, snapshots stay as they are
+        model.compile()
+    return model
+
+
 def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> dict[str, float]:
     figures = combine([rank["figures"] for rank in timing.gathered])
     # Throughput from the loop's whole interval: data loading and logging count, validation not.
@@ -200,7 +213,7 @@ def train(
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
     splits: Splits = instantiate(cfg.data, _convert_="all")
     module = TrainModule(
-        instantiate(cfg.model, _convert_="all"),
+        build_model(cfg),
         cfg.data.loss,
         cfg.trainer.optimizer,
         cfg.trainer.lr,

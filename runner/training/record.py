@@ -9,11 +9,11 @@ from mlflow import MlflowClient
 from omegaconf import DictConfig
 
 from runner.cluster import world_size
-from runner.job import resolve_job
+from runner.job import Job, resolve_job
 from runner.layouts.pipeline import step_table
 from runner.mesh import mesh_of
 from runner.pictures import Span, rank_timeline
-from runner.planner import predict
+from runner.planner import mfu, predict
 from runner.tracking import Run
 
 
@@ -46,7 +46,8 @@ def record_training(
     run = Run(MlflowClient(cfg.logger.tracking_uri), run_id)
     world = world_size(cfg)
     job = resolve_job(cfg)  # None for a model of the user's: nothing predicted
-    figures = figures | (predict(job) if job else {})
+    if job is not None:
+        figures = figures | predict(job) | measured_mfu(job, figures)
     run.log_metrics(figures)
     spans = [rank["spans"] for rank in gathered]
     if not (spans and all(spans)):
@@ -58,6 +59,14 @@ def record_training(
     run.client.log_dict(run_id, chrome_trace(spans), "timeline.trace.json")
     if mesh_of(cfg).pp > 1:
         record_pipeline(cfg, run, [steps[:1] for steps in spans], layout, figures)
+
+
+def measured_mfu(job: Job, figures: dict[str, float]) -> dict[str, float]:
+    """MFU from the measured step time; with trainer.measure=false, from the loop's interval."""
+    step = figures.get("step_time_s")
+    if step is None and figures.get("throughput_samples_per_s"):
+        step = job.batch_size / figures["throughput_samples_per_s"]
+    return {"mfu": mfu(job, step)} if step else {}
 
 
 def record_pipeline(

@@ -1,5 +1,5 @@
 """Data parallelism's traffic: every gradient a rank holds is all-reduced once per step, one call
-per DDP bucket."""
+per DDP bucket. Gradients are fp32 at every precision (runner/precision.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from statistics import fmean
 
 from runner.job import Job
 from runner.layouts.traffic import Traffic
+from runner.precision import PARAM_BYTES
 
 
 def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
@@ -23,8 +24,8 @@ def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
     return closed + bool(filled)
 
 
-def traffic(job: Job, elem: int) -> Traffic:
-    mesh, stages = job.mesh, job.stages
+def traffic(job: Job) -> Traffic:
+    mesh, stages, elem = job.mesh, job.stages, PARAM_BYTES
     if mesh.dp < 2:
         return Traffic()
     last = len(stages) - 1

@@ -6,6 +6,11 @@ single-process model would train.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
 from torch import nn
 from torch.distributed import pipelining
 
@@ -45,6 +50,44 @@ def stage_examples(
     switch between training and evaluation (with tensor parallelism, collectives and all)."""
     layers, last = stages[stage], len(stages) - 1
     return spec.stage_example(model, layers, stage == 0, stage == last, microbatch, seq_len)
+
+
+def sent_dtype(stage: int, stages: int, between: torch.dtype) -> torch.dtype:
+    """What a stage hands on: what the model's layers hand each other (`between`), the last
+    stage's output in fp32 for the loss (as autocast gives the loss). Fixed up front: the schedule
+    allocates its receive buffers from the examples."""
+    return torch.float32 if stage == stages - 1 else between
+
+
+def in_context(part: nn.Module, context: Callable[[], AbstractContextManager]) -> None:
+    """Run the stage's forward, and only its forward, in `context` (Lightning's autocast): the
+    schedule runs backward too, which autocast must not wrap (torch's AMP notes)."""
+    forward = part.forward
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with context():
+            return forward(*args, **kwargs)
+
+    part.forward = run
+
+
+def cast_output(part: nn.Module, dtype: torch.dtype) -> None:
+    """Make the stage's output `dtype` (autocast leaves it as its last operation made it)."""
+    part.register_forward_hook(lambda _module, _inputs, out: out.to(dtype))
+
+
+def with_dtypes(
+    examples: tuple[torch.Tensor, torch.Tensor], received: torch.dtype, sent: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The examples' shapes with the dtypes the stage really receives (a float input) and sends."""
+
+    def like(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if not t.is_floating_point() or t.dtype == dtype:
+            return t
+        return torch.empty(t.shape, dtype=dtype, device="meta", requires_grad=t.requires_grad)
+
+    x, out = examples
+    return like(x, received), like(out, sent)
 
 
 def stages_of(rank: int, world: int, virtual: int) -> list[int]:

@@ -19,10 +19,20 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
+from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
 from runner.layouts import backend, timeout
 from runner.layouts.pipeline.probe import PipelineTrace
-from runner.layouts.pipeline.stages import SCHEDULES, stage_examples, stage_module, stages_of
+from runner.layouts.pipeline.stages import (
+    SCHEDULES,
+    cast_output,
+    in_context,
+    sent_dtype,
+    stage_examples,
+    stage_module,
+    stages_of,
+    with_dtypes,
+)
 from runner.layouts.probes import Schedule, Transfer
 from runner.layouts.tensor.strategy import MeshStrategy
 from runner.mesh import Mesh
@@ -42,12 +52,15 @@ class PipelineStrategy(MeshStrategy):
         layers: list[range],  # each stage's layers
         virtual: int,
         microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
+        activations: torch.dtype,  # what autocast computes in: what stages send each other
         **kw: Any,
     ):
         super().__init__(parallelize=spec.parallelize, **kw)
         self.spec = spec
         self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
-        self.layers, self.virtual = layers, virtual
+        self.layers, self.virtual, self.activations = layers, virtual, activations
+        # What stages hand each other: what the model's layers do (its spec says)
+        self.between = torch.float32 if spec.fp32_stream else activations
         self.trace = PipelineTrace()
         self.last_schedule: Schedule | None = None  # the last step's record, for RankTiming
 
@@ -60,7 +73,11 @@ class PipelineStrategy(MeshStrategy):
         parts = [
             self.split_layers(stage_module(self.spec, full, s, self.layers)) for s in self.stage_ids
         ]
-        pairs = zip(parts, self.stage_ids, strict=True)
+        pairs = list(zip(parts, self.stage_ids, strict=True))
+        if self.activations != torch.float32:
+            for part, s in pairs:
+                in_context(part, self.precision_plugin.forward_context)  # autocast
+                cast_output(part, sent_dtype(s, n_stages, self.between))
         self.stages = [self._stage(full, part, s) for part, s in pairs]
         module.model = nn.ModuleList(parts)  # this rank's parameters only: its optimizer's
         self.trace.instrument(self.stages)
@@ -76,12 +93,15 @@ class PipelineStrategy(MeshStrategy):
 
     def _stage(self, full: nn.Module, part: nn.Module, index: int) -> PipelineStage:
         """One stage over the pp dimension, its inputs' and outputs' shapes given up front."""
+        n, between = len(self.layers), self.between
+        examples = stage_examples(self.spec, full, index, self.layers, *self.microbatch)
+        received = between if index > 0 else torch.float32  # the first stage reads the data
         return PipelineStage(
             self.replicate(part),
             index,
-            len(self.layers),
+            n,
             self.root_device,
-            *stage_examples(self.spec, full, index, self.layers, *self.microbatch),
+            *with_dtypes(examples, received, sent_dtype(index, n, between)),
             group=self.device_mesh["pp"].get_group(),
         )
 
@@ -157,6 +177,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         stage_layers(cfg.model, p),
         p.virtual_stages,
         (microbatch, cfg.data.get("seq_len", 0)),
+        ACTIVATIONS[cfg.trainer.precision],
         shape=mesh,
         bucket_cap_mb=p.bucket_cap_mb,
         process_group_backend=backend(cfg),

@@ -1,10 +1,13 @@
 """A pipeline's traffic and bubble: each boundary carries every sample's activation forward and its
-gradient back, once; every tensor-parallel rank of a stage sends its own copy."""
+gradient back, once, in what the model's layers hand each other (its spec says: 16 bits under
+mixed precision, or an fp32 residual stream); every tensor-parallel rank of a stage sends its own
+copy."""
 
 from __future__ import annotations
 
 from runner.job import Job
 from runner.layouts.traffic import Traffic
+from runner.precision import precision_of
 
 
 def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
@@ -18,7 +21,8 @@ def pipeline_bubble(job: Job) -> float:
     return bubble_fraction(job.mesh.pp, job.parallel.microbatches, job.parallel.virtual_stages)
 
 
-def traffic(job: Job, elem: int) -> Traffic:
+def traffic(job: Job) -> Traffic:
+    elem = job.spec.between_layers_bytes(precision_of(job.trainer).activation_bytes)
     mesh = job.mesh
     if mesh.pp < 2:
         return Traffic()

@@ -22,12 +22,13 @@ from runner.layouts.probes import Transfer
 
 Recorder = Callable[[Transfer], None]
 
-# function name -> (the timeline's name, does the payload count the output rather than the input).
-# Their deprecated aliases call these by module attribute: wrapping them too would count twice.
+# candidate function names, newest first -> (the timeline's name, does the payload count the output
+# rather than the input). Only the first present is wrapped (runner/compat/collectives.py): torch
+# 2.13's deprecated *_tensor aliases call the *_single functions; older releases have only *_tensor.
 WRAPPED = {
-    "all_reduce": ("tp all-reduce", False),
-    "all_gather_single": ("tp all-gather", True),
-    "reduce_scatter_single": ("tp reduce-scatter", False),
+    ("all_reduce",): ("tp all-reduce", False),
+    ("all_gather_single", "all_gather_tensor"): ("tp all-gather", True),
+    ("reduce_scatter_single", "reduce_scatter_tensor"): ("tp reduce-scatter", False),
 }
 _recorders: list[Recorder] = []
 
@@ -35,7 +36,7 @@ _recorders: list[Recorder] = []
 def install(record: Recorder) -> None:
     """Route DTensor's collectives to `record` (the wrapping happens once per process)."""
     if not _recorders:
-        wrap_functional({name: _timing(kind, output) for name, (kind, output) in WRAPPED.items()})
+        wrap_functional({names: _timing(kind, output) for names, (kind, output) in WRAPPED.items()})
     _recorders[:] = [record]
 
 

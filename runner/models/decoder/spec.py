@@ -27,6 +27,7 @@ def block_params(d: int, tp: int) -> int:
 
 class DecoderSpec(ModelSpec):
     tied_ends = True  # the embedding is the output layer too
+    fp32_stream = True  # blocks add to the residual stream, which autocast leaves fp32
 
     def check(self, m: Cfg, data: Cfg, train: bool) -> None:
         positive(m, "model", "vocab_size", "context_len", "d_model", "n_heads", "n_layers")

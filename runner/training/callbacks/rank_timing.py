@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from runner.layouts.probes import Schedule, Span, Transfer
 from runner.mesh import DIMS
+from runner.training.callbacks.memory import PeakMemory
 
 
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
@@ -120,8 +121,9 @@ class Step:
 
 
 class LoopTiming(pl.Callback):
-    """The loop's intervals only (throughput), every rank's gathered on rank 0 at the end: all
-    that is measured with `trainer.measure=false`, the baseline of what measuring costs."""
+    """The loop's intervals only (throughput) and the peak memory, every rank's gathered on rank 0
+    at the end: all that is measured with `trainer.measure=false`, the baseline of what measuring
+    costs."""
 
     def __init__(self, warmup_steps: int, timeline_steps: int = 3, cuda: bool = False) -> None:
         self.warmup_steps = warmup_steps
@@ -130,6 +132,10 @@ class LoopTiming(pl.Callback):
         self.steps: list[Step] = []
         self.origin = 0.0
         self.gathered: list[dict[str, Any]] = []  # every rank's summary on rank 0, after training
+        self.memory = PeakMemory(cuda)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.memory.start(pl_module)  # weights in place, optimizer built, its state still to come
 
     def now(self) -> float:
         if self.cuda:
@@ -161,7 +167,11 @@ class LoopTiming(pl.Callback):
 
     def rank_summary(self) -> dict[str, Any]:
         loops = [s.next_start - s.start for s in self.looped() if s.next_start]
-        return {"figures": {"loop_time_s": fmean(loops)} if loops else {}, "spans": []}
+        figures = {"loop_time_s": fmean(loops)} if loops else {}
+        peak = self.memory.peak_gib()
+        if peak is not None:
+            figures["peak_memory_gib"] = peak
+        return {"figures": figures, "spans": []}
 
     def on_train_end(self, *_: Any) -> None:
         """Every rank's summary to rank 0: one object gather, once, after training."""
@@ -241,6 +251,9 @@ def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
         if "loop_time_s" in per_rank[0]
         else {}
     )
+    if "peak_memory_gib" in per_rank[0]:  # the busiest rank's: what must fit on every device
+        out["peak_memory_gib"] = max(r["peak_memory_gib"] for r in per_rank)
+        out |= {f"rank_{i}/peak_memory_gib": r["peak_memory_gib"] for i, r in enumerate(per_rank)}
     if "step_time_s" not in per_rank[0]:  # trainer.measure=false: the loop's intervals only
         return out
     means = ("step_time_s", "compute_time_s", "comm_time_s", "idle_time_s")
