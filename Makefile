@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench lint install clean
+.PHONY: run test bench gpu-check lint install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,9 +27,17 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks
 
+# On a machine with CUDA GPUs (docs/gpus.md): precision, MFU, memory, data parallelism, resume,
+# calibration. Its own environment sees the machine's torch (a CUDA build) and takes no CPU pin.
+GPU_VENV := .venv-gpu
+gpu-check:
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install --quiet -e .
+	$(GPU_VENV)/bin/python -m benchmarks.gpu_check
+
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
 clean:
-	rm -rf $(VENV) outputs multirun mlruns mlflow.db .pytest_cache
+	rm -rf $(VENV) $(GPU_VENV) outputs multirun mlruns mlflow.db .pytest_cache

@@ -16,3 +16,4 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 EXAMPLES = ("neuron", "backprop")
 ACCELERATORS = ("cpu", "gpu")
 TIERS = ("auto", "intra_node", "inter_node")
+BACKENDS = ("auto", "nccl", "gloo")  # torch.distributed's, for dist.backend

@@ -8,9 +8,17 @@ does not, and there the runner must launch the processes itself or refuse.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 from omegaconf import DictConfig
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a rendezvous the runner or a test starts there)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def world_size(cfg: DictConfig) -> int:

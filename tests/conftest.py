@@ -6,7 +6,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,12 +17,25 @@ from mlflow import MlflowClient
 from omegaconf import DictConfig, open_dict
 
 from runner.cli import CONF_DIR
+from runner.cluster import free_port  # noqa: F401 (the tests' import of it)
 from runner.config import register_configs
 
 register_configs()
 
 # Small, quick settings for tests that train: the defaults are sized for a one-minute demo.
 QUICK = ["trainer.progress_bar=false", "trainer.warmup_steps=2", "trainer.val_every_n_steps=10"]
+
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def copy_of_the_repository(dest: Path) -> Path:
+    """The code and the configs, for commands that write into the repository (mode=calibrate's
+    profile, a recipe's new files) or must run the code as a document shows it."""
+    for part in ("runner", "conf", "plugins", "experiments", "benchmarks"):
+        if (REPOSITORY / part).exists():
+            shutil.copytree(REPOSITORY / part, dest / part, symlinks=True)
+    return dest
 
 
 def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str | None]]:
@@ -94,12 +106,6 @@ def stop_session(job: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(job.pid, signal.SIGKILL)
     job.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def all_runs(tracking_uri: str) -> list:

@@ -77,6 +77,9 @@ BAD = [
     # Nothing listens on the discard port here: the job must not train unrecorded.
     (["logger.tracking_uri=http://127.0.0.1:9"], "no MLflow server answers"),
     (["parallel=dp_tp", "hardware.devices=2"], "dp x pp x tp = dp=2 x pp=1 x tp=2 = 4"),
+    (["trainer.precision=fp8"], "32-true, bf16-mixed, 16-mixed"),
+    (["trainer.precision=16-mixed"], "runs on GPUs only"),
+    (["parallel=pipeline", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
 ]
 
 

@@ -19,7 +19,6 @@ import json
 import math
 import re
 import shlex
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
@@ -33,6 +32,7 @@ from mlflow.entities import Run
 from tests.conftest import (
     all_runs,
     assert_redone_steps_repeat,
+    copy_of_the_repository,
     logged_per_step,
     loss_series,
     run_cli,
@@ -322,12 +322,6 @@ class Outcome:
     def trained(self) -> list[Run]:
         """Its runs of jobs: a sweep's children, or the one run of a single job."""
         return [r for r in self.new if r.data.tags.get("mode") != "sweep"]
-
-
-def copy_of_the_repository(dest: Path) -> Path:
-    for part in ("runner", "conf", "plugins", "experiments"):
-        shutil.copytree(ROOT / part, dest / part, symlinks=True)
-    return dest
 
 
 def tracking_uri(cmd: Command, root: Path) -> str:

@@ -5,12 +5,11 @@ the single process's."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, all_runs, loss_series, run_cli
+from tests.conftest import QUICK, all_runs, copy_of_the_repository, loss_series, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "docs" / "extending.md"
@@ -44,12 +43,6 @@ def follow(recipe: list[tuple[str, str]], root: Path) -> list[str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(body)
     return commands
-
-
-def copy_of_the_repository(dest: Path) -> Path:
-    for part in ("runner", "conf", "plugins", "experiments"):
-        shutil.copytree(ROOT / part, dest / part, symlinks=True)
-    return dest
 
 
 @pytest.mark.slow

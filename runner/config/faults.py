@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
+from runner.choices import BACKENDS
 from runner.cluster import world_size
-from runner.errors import require
+from runner.errors import one_of, require
 
 
 @dataclass
@@ -27,6 +28,9 @@ class DistConfig:
     # A collective that waits longer than this fails its rank, and so the job: what a lost or hung
     # rank costs before anyone notices.
     timeout_s: float = 600.0
+    # auto: nccl on GPUs, gloo on CPUs. gloo on GPUs lets ranks share one device (NCCL refuses
+    # two ranks on a GPU): how make gpu-check runs two data-parallel ranks on a one-GPU machine.
+    backend: str = "auto"
 
 
 @dataclass
@@ -50,6 +54,12 @@ def check_fault(cfg: DictConfig) -> None:
         f"must be a step that takes a snapshot (a multiple of checkpoint.every_n_steps={every})",
     )
     require(cfg.dist.timeout_s > 0, "dist.timeout_s", f"must be positive, got {cfg.dist.timeout_s}")
+    one_of(cfg.dist.backend, "dist.backend", BACKENDS)
+    require(
+        cfg.dist.backend != "nccl" or cfg.hardware.accelerator == "gpu",
+        "dist.backend",
+        "nccl runs between GPUs: hardware.accelerator is cpu (use auto or gloo)",
+    )
     require(
         f.kill_rank is None or f.hang_rank is None,
         "fault.hang_rank",

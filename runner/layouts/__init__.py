@@ -35,6 +35,8 @@ def traffic(job: Job) -> Traffic:
 
 
 def backend(cfg: DictConfig) -> str:
+    if cfg.dist.backend != "auto":
+        return cfg.dist.backend
     return "nccl" if cfg.hardware.accelerator == "gpu" else "gloo"
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from runner.allocator import keep_freed_memory
+from runner.cluster import free_port
 from runner.job import Job
 from runner.planner.timing import model_flops_per_step
 from runner.precision import precision_of
@@ -173,9 +173,7 @@ def tensor_layer_overhead(allreduce_latency: float) -> float:
 
 def link_times() -> dict[str, list[float]]:
     """gloo between two fresh processes on 127.0.0.1; rank 0 hands its times back in a file."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "links.json"
         mp.start_processes(_links, (port, str(out)), nprocs=2, start_method="forkserver")

@@ -1,0 +1,132 @@
+"""Mixed precision, measured memory and MFU: every layout in bf16-mixed equals the single process
+in bf16-mixed and moves the bytes the planner says; compiling changes no loss; every run logs its
+peak memory and MFU beside the planner's."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from runner.autocast import ACTIVATIONS
+from runner.choices import PRECISIONS
+from runner.job import Job, resolve_job
+from runner.planner import predict
+from runner.planner.memory import memory_per_device_gib
+from runner.precision import BY_NAME
+from runner.training.callbacks.memory import GIB, PeakMemory
+from runner.validate import validate
+from tests.conftest import (
+    QUICK,
+    all_runs,
+    compose_job,
+    loss_series,
+    losses_by_step,
+    run_cli,
+    train,
+)
+
+STEPS = 12
+COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
+DECODER = ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropout=0"]
+FFNN = ["model=ffnn", "model.hidden=[64,64,64]"]
+BF16 = "trainer.precision=bf16-mixed"
+# bf16's unit roundoff, 2^-9: layouts add partial sums in other places than one process does
+# (tensor parallelism all-reduces 16-bit partial outputs that one process sums in fp32 inside a
+# matmul), so an activation may differ by one rounding. Measured here: the decoder's losses (an
+# fp32 residual stream) within 5e-5, the FFNN's (16-bit throughout) within 3e-4. In fp32 the same
+# layouts agree to 1e-5.
+BF16_RELATIVE = 2**-9
+
+
+def test_every_precision_has_its_figures() -> None:
+    assert tuple(BY_NAME) == tuple(ACTIVATIONS) == PRECISIONS
+
+
+def job_of(*overrides: str) -> Job:
+    cfg, _ = compose_job(*overrides)
+    validate(cfg)  # fills in the mesh
+    return resolve_job(cfg)
+
+
+def fp32_prediction(*overrides: str) -> dict[str, float]:
+    return predict(job_of(*overrides))
+
+
+@pytest.mark.slow
+def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(store: str, tmp_path: Path) -> None:
+    decoder = [*DECODER, *COMMON]
+    single = loss_series(store, train(*decoder, BF16))
+    assert single != loss_series(store, train(*decoder))  # autocast changed the arithmetic
+    for job, presets in (
+        ([*decoder, "hardware.devices=2"], "data,tensor,pipeline"),
+        (decoder, "dp_tp,dp_pp,pp_tp"),
+    ):
+        done = run_cli("-m", *job, *QUICK, BF16, f"parallel={presets}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+    runs = [r for r in all_runs(store) if r.data.tags.get("world_size", "1") != "1"]
+    assert len(runs) == 6
+    for run in runs:
+        m, layout = run.data.metrics, run.data.tags["parallel"]
+        assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
+        moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
+        assert moved and all(m[k] == m[f"pred/{k}"] for k in moved), layout
+    # Autocast ran inside the split layers: their forward all-reduces are 16-bit, the backward
+    # ones fp32 (gradients of the fp32 residual stream), 3/4 of the bytes of fp32 training.
+    (tensor,) = [r for r in runs if r.data.tags["parallel"] == "tensor"]
+    full = fp32_prediction(*decoder, "parallel=tensor", "hardware.devices=2")
+    assert (
+        tensor.data.metrics["comm_bytes_per_step/tp"] == full["pred/comm_bytes_per_step/tp"] * 3 / 4
+    )
+
+
+@pytest.mark.slow
+def test_an_ffnn_pipeline_in_bf16_sends_16_bit_activations(store: str, tmp_path: Path) -> None:
+    job = [*FFNN, *COMMON, "parallel=pp_tp"]
+    single = loss_series(store, train(*FFNN, *COMMON, BF16))
+    done = run_cli(*job, *QUICK, BF16, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "4"]
+    assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
+    m, full = run.data.metrics, fp32_prediction(*job)
+    for dim in ("pp", "tp"):  # the FFNN's layers hand each other autocast's 16-bit outputs
+        key = f"comm_bytes_per_step/{dim}"
+        assert m[key] == m[f"pred/{key}"] == full[f"pred/{key}"] / 2
+
+
+@pytest.mark.slow
+def test_compiling_changes_no_loss(store: str) -> None:
+    from torch._dynamo.utils import counters
+
+    job = ["model=ffnn", "data=digits", *COMMON]
+    eager = loss_series(store, train(*job))
+    counters.clear()
+    compiled = loss_series(store, train(*job, "trainer.compile=true"))
+    assert counters["stats"]["unique_graphs"] > 0  # the model's forward ran as a graph
+    assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def test_peak_memory_counts_the_weights_and_what_training_adds() -> None:
+    """On a CPU: the parameters held at the start, and the resident peak grown since."""
+    model = nn.Linear(1024, 1024)  # 4 MiB of weights
+    memory = PeakMemory(cuda=False)
+    memory.start(model)
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB written: resident
+    del block
+    peak = memory.peak_gib() * GIB
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    assert weights + 64 * 2**20 <= peak < weights + 80 * 2**20
+
+
+def test_every_run_logs_peak_memory_and_mfu_beside_the_planners(store: str) -> None:
+    job = ["model=decoder", "trainer.max_steps=8", "trainer.val_batches=0"]
+    run_id = train(*job)
+    (run,) = [r for r in all_runs(store) if r.info.run_id == run_id]
+    m = run.data.metrics
+    assert m["peak_memory_gib"] == m["rank_0/peak_memory_gib"]
+    planned = memory_per_device_gib(job_of(*job))
+    # At least the weights, gradients and Adam state the planner counts (16 bytes a parameter).
+    assert m["peak_memory_gib"] > planned["total"] - planned["activations"]
+    assert m["pred/peak_memory_gib"] == pytest.approx(planned["total"])
+    # Both MFUs divide the same model FLOPs by a step time and the same peak.
+    assert m["mfu"] * m["step_time_s"] == pytest.approx(m["pred/mfu"] * m["pred/step_time_s"])
