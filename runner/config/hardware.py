@@ -33,7 +33,8 @@ class HardwareConfig:
     threads_per_rank: int | None = None  # None: cores / ranks
     keep_freed_memory: bool = True  # glibc's malloc keeps a step's freed memory for the next
     memory_gib: float | None = None  # per device; None: read from this host
-    # Per device by dtype (fp32, bf16); on a CPU, the whole host's (its devices share the cores).
+    # Per device by the key a precision computes at (fp32, tf32, bf16, fp16: runner/precision.py);
+    # on a CPU, the whole host's (its devices share the cores).
     peak_tflops: dict[str, float] = MISSING
     compute_efficiency: float = MISSING  # share of peak that a training step's matmuls reach
     step_overhead_s: float = 0.0  # fixed cost of every step: Python, framework, optimizer launch
