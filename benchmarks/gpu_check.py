@@ -188,6 +188,8 @@ def calibrate(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
     actual = measured["step_time_s"]
     error = planned / actual - 1
     figure = f"profile written; step time planned {planned:.4f} s, measured {actual:.4f} s"
+    if not m.gpus:  # a shared 2-core CPU's timings are noise: the rehearsal judges no speed
+        return Row("4. calibrate", f"{figure} ({error:+.0%}, not judged on a CPU)", True)
     return Row("4. calibrate", f"{figure} ({error:+.0%})", abs(error) <= PLANNED_RELATIVE)
 
 

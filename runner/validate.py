@@ -103,14 +103,14 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     """Every rule, in order; the job resolved on the way (None for a model of the user's)."""
     check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
     check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
+    check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
+    check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode == "train")
     job = resolve_job(cfg)  # None for a model of the user's
     if cfg.mode == "train" and job is not None:
         check_fits(job)  # then: nothing else matters for a model too large to train
     if job is not None:
         job.spec.check(job.model, job.data, cfg.mode == "train")
     check_data(cfg.data, job.spec.output_activation(job.model) if job else None)
-    check_trainer(cfg.trainer)
-    check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode == "train")
     if cfg.mode == "example":
         check_example(cfg.example)
     elif cfg.mode == "plan":

@@ -43,7 +43,8 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
         ("parameters", f"{out['params_total']:,} ({_parts(out['params_by_component'])})"),
         ("memory / device", f"{mem['total']:,.2f} GiB of {out['memory_per_device_gib']:,.0f}"
          f" ({'fits' if out['fits'] else 'DOES NOT FIT'}): weights {mem['weights']:,.2f},"
-         f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
+         + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
+         + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),
         ("bytes / step / rank", ", ".join(f"{d} {_bytes(comm[d])}" for d in ("dp", "tp", "pp"))),
         ("bubble", f"{out['bubble_fraction']:.3f}"),
