@@ -94,3 +94,21 @@ def test_threads_per_rank_are_cores_over_ranks(monkeypatch) -> None:
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_bandwidth_delivered_is_nccl_tests_algbw_and_busbw() -> None:
+    # a_step's buckets: 500 bytes in flight from 3 to 6 s (3 s); over 4 data-parallel ranks a ring
+    # all-reduce puts 2(n-1)/n = 1.5 bytes on each rank's link per byte of payload.
+    f = combine([a_step().figures()], {"dp": 4, "tp": 1, "pp": 1})
+    assert f["comm_algbw_gbs/dp"] == pytest.approx(500 / 3 / 1e9)
+    assert f["comm_busbw_gbs/dp"] == pytest.approx(1.5 * 500 / 3 / 1e9)
+    # An all-gather's and a reduce-scatter's bus factor is (n-1)/n: 1/2 over 2 ranks; two 1 GB
+    # collectives one after the other, 1 s each.
+    step = Step(
+        start=0.0, before_backward=3.0, after_backward=4.0, before_optimizer=4.0, end=4.0,
+        transfers=[Transfer("tp", "tp all-gather", 0.0, 1.0, 10**9),
+                   Transfer("tp", "tp reduce-scatter", 1.0, 2.0, 10**9)],
+    )  # fmt: skip
+    f = combine([step.figures()], {"dp": 1, "tp": 2, "pp": 1})
+    assert (f["comm_algbw_gbs/tp"], f["comm_busbw_gbs/tp"]) == pytest.approx((1.0, 0.5))
+    assert "comm_algbw_gbs/dp" not in f  # one replica: nothing crossed a data-parallel link

@@ -17,6 +17,27 @@ from dataclasses import dataclass, field
 
 Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro-batch number)
 
+# nccl-tests' bus bandwidth: the bytes each rank's link carries per byte of payload S are
+# 2(n-1)/n for an all-reduce and (n-1)/n for an all-gather or a reduce-scatter (a ring's); the
+# factor here is the part before (n-1)/n.
+BUS_BYTES = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0}
+
+
+def bus_bytes(kind: str, nbytes: int) -> float:
+    """A collective's payload weighted as nccl-tests weights it, less the (n-1)/n (the timeline's
+    kinds end in the collective's name: "all-reduce", "tp all-gather")."""
+    return BUS_BYTES[kind.split()[-1]] * nbytes
+
+
+def busy_s(spans: list[tuple[float, float]]) -> float:
+    """The time at least one of the spans was in flight (their union)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
 
 @dataclass(frozen=True)
 class Transfer:

@@ -13,7 +13,7 @@ from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import ring_allreduce_bytes
 from runner.planner.failures import energy_kwh, snapshot_plan
-from runner.planner.hardware import device_share
+from runner.planner.hardware import device_share, tier
 from runner.planner.memory import memory_per_device_gib
 from runner.planner.timing import model_flops_per_step, step_time
 from runner.precision import precision_of
@@ -44,6 +44,9 @@ def predict(job: Job) -> dict[str, float]:
     out["pred/idle_fraction"] = time.idle_fraction
     for dim, payload in moved.payload.items():
         out[f"pred/comm_bytes_per_step/{dim}"] = payload
+        if dim != "pp":  # what a collective reaches on the link: the profile's bus bandwidth
+            link = tier(job.hardware, mesh, dim)
+            out[f"pred/comm_busbw_gbs/{dim}"] = link.bandwidth_gbs * link.efficiency
     if "dp" in moved.payload:
         out["pred/ring_bytes_per_step/dp"] = ring_allreduce_bytes(moved.payload["dp"], mesh.dp)
     if mesh.pp > 1:

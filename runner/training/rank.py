@@ -30,6 +30,7 @@ from runner.compat.lightning import replace_sigterm_handling
 from runner.compat.process_group import set_default_timeout
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
+from runner.mesh import mesh_of
 from runner.planner.failures import priced
 from runner.snapshots import Snapshots
 from runner.threads import this_rank_threads
@@ -190,7 +191,9 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
 
 
 def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> dict[str, float]:
-    figures = combine([rank["figures"] for rank in timing.gathered])
+    mesh = mesh_of(cfg)
+    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
+    figures = combine([rank["figures"] for rank in timing.gathered], sizes)
     # Throughput from the loop's whole interval: data loading and logging count, validation not.
     loop = figures.pop("loop_time_s", None)
     if loop:

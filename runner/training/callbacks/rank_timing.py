@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
 
-from runner.layouts.probes import Schedule, Span, Transfer
+from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes, busy_s
 from runner.mesh import DIMS
 from runner.training.callbacks.memory import PeakMemory
 
@@ -61,11 +61,17 @@ class Step:
         return max((t.start for t in self.overlapped()), default=self.after_backward)
 
     def payloads(self) -> dict[str, float]:
-        """Bytes this rank handed to collectives, per mesh dimension."""
+        """Bytes this rank handed to collectives, per mesh dimension; for the collectives' bus
+        bandwidth, their bytes as nccl-tests weights them and the time they were in flight."""
         out = dict.fromkeys((f"comm_bytes_{dim}" for dim in DIMS), 0.0)
         for t in self.transfers:
             if t.dim:
                 out[f"comm_bytes_{t.dim}"] += t.nbytes
+        for dim in ("dp", "tp"):  # collectives; a pipeline's P2P overlaps compute, untimed
+            mine = [t for t in self.transfers if t.dim == dim]
+            if mine:
+                out[f"comm_bus_bytes_{dim}"] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
+                out[f"comm_busy_s_{dim}"] = busy_s([(t.start, t.end) for t in mine])
         return out
 
     def figures(self) -> dict[str, float]:
@@ -242,8 +248,29 @@ class RankTiming(LoopTiming):
         return summary | {"spans": [s.spans(self.origin) for s in shown]}
 
 
-def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """The run's figures: means over ranks, the worst idle fraction, and each rank's own."""
+def bandwidths(per_rank: list[dict[str, float]], sizes: dict[str, int]) -> dict[str, float]:
+    """Per mesh dimension, what its collectives delivered (means over ranks, GB/s): algbw, the
+    payload over the time a collective was in flight; busbw, nccl-tests' bus bandwidth."""
+    out = {}
+    for dim in ("dp", "tp"):
+        timed = [r for r in per_rank if r.get(f"comm_busy_s_{dim}")]
+        if not timed or sizes.get(dim, 1) < 2:
+            continue
+        n, busy = sizes[dim], [r[f"comm_busy_s_{dim}"] for r in timed]
+        alg = [r[f"comm_bytes_{dim}"] / s for r, s in zip(timed, busy, strict=True)]
+        bus = [
+            r[f"comm_bus_bytes_{dim}"] * (n - 1) / n / s for r, s in zip(timed, busy, strict=True)
+        ]
+        out[f"comm_algbw_gbs/{dim}"] = fmean(alg) / 1e9
+        out[f"comm_busbw_gbs/{dim}"] = fmean(bus) / 1e9
+    return out
+
+
+def combine(
+    per_rank: list[dict[str, float]], dims: dict[str, int] | None = None
+) -> dict[str, float]:
+    """The run's figures: means over ranks, the worst idle fraction, each rank's own; `dims`:
+    the mesh's dimensions' sizes, for the bandwidth the collectives delivered."""
     if not per_rank or not per_rank[0]:
         return {}
     out = (
@@ -265,6 +292,7 @@ def combine(per_rank: list[dict[str, float]]) -> dict[str, float]:
         sizes = [r.get(f"comm_bytes_{dim}", 0.0) for r in per_rank]
         if any(sizes):
             out[f"comm_bytes_per_step/{dim}"] = fmean(sizes)
+    out |= bandwidths(per_rank, dims or {})
     if "bubble_fraction" in per_rank[0]:
         out["bubble_fraction_measured"] = fmean(r["bubble_fraction"] for r in per_rank)
     for rank, r in enumerate(per_rank):
