@@ -112,3 +112,62 @@ def test_the_bandwidth_delivered_is_nccl_tests_algbw_and_busbw() -> None:
     f = combine([step.figures()], {"dp": 1, "tp": 2, "pp": 1})
     assert (f["comm_algbw_gbs/tp"], f["comm_busbw_gbs/tp"]) == pytest.approx((1.0, 0.5))
     assert "comm_algbw_gbs/dp" not in f  # one replica: nothing crossed a data-parallel link
+
+
+class FakeCuda:
+    """torch.cuda's events on a device clock the test sets: what the GPU would stamp."""
+
+    def __init__(self) -> None:
+        self.device_s, self.synchronized = 0.0, 0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool) -> None:
+                assert enable_timing
+                self.at = None
+
+            def record(self) -> None:
+                self.at = cuda.device_s
+
+            def elapsed_time(self, other: "Event") -> float:
+                return (other.at - self.at) * 1e3  # milliseconds, as CUDA's
+
+        self.Event = Event
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+
+def test_on_a_gpu_a_step_is_read_from_events_with_one_synchronization(monkeypatch) -> None:
+    """The GPU's path through the timing callback, with events on a device clock that runs behind
+    the host's: the figures are the device's, and the step waits for the device once, at its end."""
+    from runner.training.callbacks import rank_timing
+
+    monkeypatch.setattr(rank_timing.clock, "_clock", [rank_timing.HostClock()])  # put back after
+    cuda = FakeCuda()
+    real = rank_timing.EventClock
+    monkeypatch.setattr(rank_timing, "EventClock", lambda: real(cuda))
+    timing = rank_timing.RankTiming(warmup_steps=0, cuda=True)
+    trainer = type("Trainer", (), {"strategy": object()})()
+    timing.on_fit_start(trainer, None)
+    assert cuda.synchronized == 1  # the origin: the device idle at a known host time
+    expected = a_step()
+    for hook, at in (
+        (timing.on_train_batch_start, expected.start),
+        (timing.on_before_backward, expected.before_backward),
+        (timing.on_after_backward, expected.after_backward),
+        (timing.on_before_optimizer_step, expected.before_optimizer),
+    ):
+        cuda.device_s = 100 + at
+        hook(trainer)
+    for t in expected.transfers:  # what the probes stamp, on the device's streams
+        cuda.device_s = 100 + t.start
+        start = rank_timing.clock.stamp()
+        cuda.device_s = 100 + t.end
+        timing._record(Transfer(t.dim, t.kind, start, rank_timing.clock.stamp(), t.nbytes,
+                                t.blocking))  # fmt: skip
+    cuda.device_s = 100 + expected.end
+    timing.on_train_batch_end(trainer)
+    assert cuda.synchronized == 2  # one more, after the step
+    got = timing.steps[-1].figures()
+    assert got == pytest.approx(expected.figures())

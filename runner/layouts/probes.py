@@ -9,12 +9,18 @@ rank decides where its time goes:
   phase (a DDP gradient bucket): only what outlasts the last launch is exposed.
 A Schedule is a step whose work a schedule ran as actions (a pipeline's forward, backward and
 weight-gradient chunks, and its P2P waits), in place of the forward/backward hooks.
+
+Times are stamps while the step runs (runner/clock.py: the host's clock, or CUDA events) and
+seconds once it is over: `settled` turns one into the other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
 
+Seconds = Callable[[Any], float]  # a stamp to seconds (runner/clock.py)
 Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro-batch number)
 
 # nccl-tests' bus bandwidth: the bytes each rank's link carries per byte of payload S are
@@ -43,8 +49,8 @@ def busy_s(spans: list[tuple[float, float]]) -> float:
 class Transfer:
     dim: str  # the mesh dimension whose traffic it is: dp | tp | pp; "" for logging's reductions
     kind: str  # the timeline's name: "all-reduce", "tp all-reduce", ...
-    start: float  # when it was launched (a bucket: when its gradients were ready)
-    end: float  # when it was done
+    start: Any  # when it was launched (a bucket: when its gradients were ready): a stamp, then s
+    end: Any  # when it was done
     nbytes: int = 0  # payload S, as nccl-tests names it
     blocking: bool = True
 
@@ -52,17 +58,23 @@ class Transfer:
     def seconds(self) -> float:
         return self.end - self.start
 
+    def settled(self, seconds: Seconds) -> Transfer:
+        return replace(self, start=seconds(self.start), end=seconds(self.end))
+
 
 @dataclass(frozen=True)
 class Action:
     kind: str  # "F<stage>", "B<stage>", "W<stage>" (compute), or "wait" (blocked on P2P)
-    start: float
-    end: float
+    start: Any  # a stamp, then seconds
+    end: Any
     microbatch: int  # -1 for a wait
 
     @property
     def computes(self) -> bool:
         return self.kind != "wait"
+
+    def settled(self, seconds: Seconds) -> Action:
+        return replace(self, start=seconds(self.start), end=seconds(self.end))
 
 
 @dataclass
@@ -74,6 +86,15 @@ class Schedule:
     actions: list[Action] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)  # the strategy's own collectives
     sent_bytes: int = 0  # P2P payload this rank sent
+
+    def settled(self, seconds: Seconds) -> Schedule:
+        return Schedule(
+            (seconds(self.window[0]), seconds(self.window[1])),
+            (seconds(self.optimizer[0]), seconds(self.optimizer[1])),
+            [a.settled(seconds) for a in self.actions],
+            [t.settled(seconds) for t in self.transfers],
+            self.sent_bytes,
+        )
 
     def work_s(self) -> float:
         return sum(a.end - a.start for a in self.actions if a.computes)

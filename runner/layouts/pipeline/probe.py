@@ -7,12 +7,12 @@ and the schedule module's batched P2P calls (bytes of every send) and waits (tim
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
+from runner import clock
 from runner.compat.pipelining import wrap_p2p
 from runner.layouts.probes import Action
 
@@ -33,9 +33,9 @@ class PipelineTrace:
     def _timed(self, fn: Callable, kind: str, stage: int) -> Callable:
         @functools.wraps(fn)
         def timed(chunk: int, *args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = clock.stamp()
             out = fn(chunk, *args, **kwargs)
-            self.actions.append(Action(f"{kind}{stage}", start, time.perf_counter(), chunk))
+            self.actions.append(Action(f"{kind}{stage}", start, clock.stamp(), chunk))
             return out
 
         return timed
@@ -70,9 +70,9 @@ def _counting(batch_p2p: Callable) -> Callable:
 def _waiting(wait: Callable) -> Callable:
     @functools.wraps(wait)
     def waiting(works: Any) -> Any:
-        start = time.perf_counter()
-        out = wait(works)
-        _active[0].actions.append(Action("wait", start, time.perf_counter(), -1))
+        start = clock.stamp()
+        out = wait(works)  # on a GPU: the stream waits, and the second stamp is behind it
+        _active[0].actions.append(Action("wait", start, clock.stamp(), -1))
         return out
 
     return waiting

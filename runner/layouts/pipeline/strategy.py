@@ -10,7 +10,6 @@ to manual optimization and runs the step itself.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -19,6 +18,7 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
 
+from runner import clock
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
 from runner.layouts import backend, timeout
@@ -131,27 +131,27 @@ class PipelineStrategy(MeshStrategy):
         if self.tied is None:
             return []
         part = self.lightning_module.model[0 if self.first else -1]
-        start = time.perf_counter()
+        start = clock.stamp()
         dist.all_reduce(self.spec.tied_weight(part).grad, group=self.tied)
-        return [Transfer("", "all-reduce", start, time.perf_counter())]
+        return [Transfer("", "all-reduce", start, clock.stamp())]
 
     def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
         """Only the last stage computes the loss; every rank gets it (rank 0 logs it)."""
-        start = time.perf_counter()
+        start = clock.stamp()
         c = self.coords
         src = self.shape.rank(self.last_pp, c["dp"], c["tp"])
         dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
-        return loss, Transfer("", "all-reduce", start, time.perf_counter())
+        return loss, Transfer("", "all-reduce", start, clock.stamp())
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         optimizer = self.lightning_module.optimizers()  # Lightning's wrapper counts the step
         optimizer.zero_grad()
-        start = time.perf_counter()
+        start = clock.stamp()
         loss = self._run_schedule(args[0], train=True)
         syncs = self._sync_tied_embedding()
-        window_end = time.perf_counter()
+        window_end = clock.stamp()
         optimizer.step()
-        optimizer_end = time.perf_counter()
+        optimizer_end = clock.stamp()
         loss, broadcast = self._from_last_stage(loss)
         actions, sent = self.trace.take()
         self.last_schedule = Schedule(

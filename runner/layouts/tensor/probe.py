@@ -11,12 +11,12 @@ all-gather.
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from runner import clock
 from runner.compat.collectives import async_tensor_type, wrap_functional
 from runner.layouts.probes import Transfer
 
@@ -44,12 +44,6 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _settle(t: torch.Tensor) -> None:
-    """On a GPU, waiting only orders the stream: the host must wait for the kernels to time them."""
-    if t.is_cuda:
-        torch.cuda.synchronize(t.device)
-
-
 def _timing(kind: str, output: bool) -> Callable[[Callable], Callable]:
     return lambda collective: _timed(collective, kind, output)
 
@@ -59,13 +53,11 @@ def _timed(collective: Callable, kind: str, output: bool) -> Callable:
 
     @functools.wraps(collective)
     def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        _settle(tensor)
-        start = time.perf_counter()
+        start = clock.stamp()
         out = collective(tensor, *args, **kwargs)
         if isinstance(out, waitable):
-            out = out.wait()
-        _settle(out)
-        end, size = time.perf_counter(), _nbytes(out if output else tensor)
+            out = out.wait()  # on a GPU: the stream waits for it, and the stamp is behind it
+        end, size = clock.stamp(), _nbytes(out if output else tensor)
         _recorders[0](Transfer("tp", kind, start, end, size))
         return out
 

@@ -12,17 +12,20 @@ ranks runs beside backward (runner/training/module.py) and is read after it: any
 
 Definitions (docs/measurement.md): compute = forward + backward + optimizer work; comm = time
 blocked in a collective; idle = step wall - compute, so idle holds the exposed communication.
+Every time is a stamp of runner/clock.py while the step runs: the host's clock on a CPU, a CUDA
+event on a GPU (device time); the step's stamps become seconds after it, with one
+synchronization on a GPU, none inside the step.
 """
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any
 
 import pytorch_lightning as pl
-import torch
 import torch.distributed as dist
 
+from runner import clock
+from runner.clock import EventClock, HostClock
 from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes, busy_s
 from runner.mesh import DIMS
 from runner.training.callbacks.memory import PeakMemory
@@ -111,6 +114,16 @@ class Step:
             }
         )
 
+    def settled(self, seconds: Any) -> "Step":
+        """The step with every stamp in seconds (those never set stay 0.0)."""
+        return replace(
+            self,
+            **{k: seconds(getattr(self, k)) for k in ("start", "before_backward", "after_backward",
+                                                       "before_optimizer", "end")},
+            transfers=[t.settled(seconds) for t in self.transfers],
+            schedule=self.schedule.settled(seconds) if self.schedule else None,
+        )  # fmt: skip
+
     def spans(self, origin: float) -> list[Span]:
         """(kind, start, end, label) relative to origin, for the timeline pictures."""
         if self.schedule:
@@ -134,32 +147,37 @@ class LoopTiming(pl.Callback):
     def __init__(self, warmup_steps: int, timeline_steps: int = 3, cuda: bool = False) -> None:
         self.warmup_steps = warmup_steps
         self.timeline_steps = timeline_steps
-        self.cuda = cuda  # GPU work is asynchronous: wait for it at every boundary
+        self.cuda = cuda  # GPU work is asynchronous: time it with events on its streams
         self.steps: list[Step] = []
         self.origin = 0.0
         self.gathered: list[dict[str, Any]] = []  # every rank's summary on rank 0, after training
         self.memory = PeakMemory(cuda)
 
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        clock.use(EventClock() if self.cuda else HostClock())  # the device set: Lightning's setup
+        self.origin = clock.seconds(clock.stamp())
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.memory.start(pl_module)  # weights in place, optimizer built, its state still to come
-
-    def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
 
     @property
     def in_step(self) -> bool:
         return bool(self.steps) and not self.steps[-1].end
 
     def on_train_batch_start(self, *_: Any) -> None:
-        start = self.now()
-        if self.steps:
-            self.steps[-1].next_start = start
-        self.steps.append(Step(start=start))
+        self.steps.append(Step(start=clock.stamp()))
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
-        self.steps[-1].end = self.now()
+        step = self.steps[-1]
+        step.end = clock.stamp()
+        self.attach(trainer, step)
+        clock.settle()  # the step's one synchronization (on a GPU; nothing to wait for on a CPU)
+        self.steps[-1] = step = step.settled(clock.seconds)
+        if len(self.steps) > 1:  # the previous step's loop interval ends where this one began
+            self.steps[-2].next_start = step.start
+
+    def attach(self, trainer: pl.Trainer, step: "Step") -> None:
+        """What a subclass adds to the step before its stamps are read."""
 
     def on_validation_start(self, *_: Any) -> None:
         if self.steps:
@@ -205,7 +223,7 @@ class RankTiming(LoopTiming):
         if dist.is_available() and dist.is_initialized():
             self._wrap_reduce(trainer.strategy)
             dist.barrier()  # a common origin for every rank's clock
-        self.origin = self.now()
+        super().on_fit_start(trainer, pl_module)
 
     def _record(self, transfer: Transfer) -> None:
         if self.in_step:  # validation's forward runs collectives too: not part of a step
@@ -216,27 +234,26 @@ class RankTiming(LoopTiming):
         reduce = strategy.reduce
 
         def timed_reduce(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = clock.stamp()
             out = reduce(*args, **kwargs)
-            self._record(Transfer("", "all-reduce", start, time.perf_counter()))
+            self._record(Transfer("", "all-reduce", start, clock.stamp()))
             return out
 
         strategy.reduce = timed_reduce
 
     # --- the step's boundaries ---
     def on_before_backward(self, *_: Any) -> None:
-        self.steps[-1].before_backward = self.now()
+        self.steps[-1].before_backward = clock.stamp()
 
     def on_after_backward(self, *_: Any) -> None:
-        self.steps[-1].after_backward = self.now()
+        self.steps[-1].after_backward = clock.stamp()
 
     def on_before_optimizer_step(self, *_: Any) -> None:
-        self.steps[-1].before_optimizer = self.now()
+        self.steps[-1].before_optimizer = clock.stamp()
 
-    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
-        super().on_train_batch_end(trainer)
+    def attach(self, trainer: pl.Trainer, step: "Step") -> None:
         # A strategy that runs its steps as a schedule (the pipeline's) hands over its record.
-        self.steps[-1].schedule = getattr(trainer.strategy, "last_schedule", None)
+        step.schedule = getattr(trainer.strategy, "last_schedule", None)
 
     # --- the record ---
     def rank_summary(self) -> dict[str, Any]:
