@@ -5,6 +5,7 @@ It prints one table, a line per check with its figure and whether it passed:
 1. A GPT-2-small-sized decoder (12 blocks, d_model 768, 12 heads, context 1024) on one GPU, 50
    steps each in 32-true, bf16-mixed, and bf16-mixed compiled: samples/s, MFU, and peak memory
    measured against the planner's. Goal: bf16 compiled at 35 % MFU or more on an H100 or H200.
+   And bf16-mixed with `trainer.measure=false`: what the per-step timing costs (goal: 2 %).
 2. Data parallelism with 2 ranks: NCCL across 2 GPUs where there are two or more; on one GPU, two
    ranks sharing it over gloo (two torchrun "nodes" on this host); the table says which ran. Its
    loss series equals one rank's.
@@ -43,6 +44,7 @@ LOSS_RELATIVE = 1e-4  # 2 ranks against 1: GPU kernels pick other algorithms for
 # drawn from another RNG state moves a loss by 1e-3 or more.
 REDONE_RELATIVE = {False: 1e-6, True: 1e-4}
 PLANNED_RELATIVE = 0.25  # the calibrated planner's step time against the measured one
+MEASURING_GOAL = 0.98  # samples/s with the per-step timing on, against off
 GPT2_SMALL = ["model=decoder", "model.n_layers=12", "model.d_model=768", "model.n_heads=12",
               "model.context_len=1024", "data.vocab_size=50257", "data.batch_size=16"]  # fmt: skip
 SMALL = ["model=decoder", "model.n_layers=2", "model.d_model=64", "model.n_heads=4",
@@ -121,7 +123,20 @@ def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
             f"peak {f['peak_memory_gib']:.2f} GiB (planned {f['pred/peak_memory_gib']:.2f})"
         )
         rows.append(Row(f"1. one device, {label}", figure, goal is None or f["mfu"] >= goal))
-    return rows, runs["bf16-mixed"]
+    return [*rows, measuring_cost(scratch, m, runs["bf16-mixed"])], runs["bf16-mixed"]
+
+
+def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
+    """Check 1's bf16-mixed run again with trainer.measure=false: what timing every step costs
+    (on a GPU, events and one synchronization a step)."""
+    f = train(scratch, *m.hardware, *m.model, f"trainer.max_steps={m.steps}",
+              f"trainer.warmup_steps={m.steps // 5}", "trainer.precision=bf16-mixed",
+              "trainer.measure=false")  # fmt: skip
+    ratio = measured["throughput_samples_per_s"] / f["throughput_samples_per_s"]
+    figure = f"samples/s measuring on / off {ratio:.3f} (goal {MEASURING_GOAL})"
+    if not m.gpus:  # one run a side on a shared CPU: noise (benchmarks/overhead.py does rounds)
+        return Row("1. cost of measuring", f"{figure}, not judged on a CPU", True)
+    return Row("1. cost of measuring", figure, ratio >= MEASURING_GOAL)
 
 
 def data_parallel(scratch: Path, m: Machine) -> Row:

@@ -16,7 +16,8 @@ allocator taken out (the figure the noise moves least; what Lightning does insid
 closure and zero_grad, counts as the runner's compute there). The compute-time ratio is printed too
 (no target): the drift, and the allocator's gain. Measuring can only be compared raw (with it off
 nothing is timed).
-Targets: runner / plain >= 0.95 (raw and at equal compute speed), measure on / off >= 0.97.
+Targets: runner / plain >= 0.95 (raw and at equal compute speed), measure on / off >= 0.98
+(measuring costs 2 % at most).
 Usage: .venv/bin/python -m benchmarks.overhead [override ...]
 """
 
@@ -139,7 +140,7 @@ def main() -> None:
         show(label, figure)
     for label, done in (("1 process", single), ("DDP 2", ddp)):
         show(f"compute s, runner / plain, {label}", ratio(done, "runner", "plain", "compute"))
-    targets = [">= 0.95", ">= 0.95", ">= 0.97", ">= 0.95", ">= 0.95"]
+    targets = [">= 0.95", ">= 0.95", ">= 0.98", ">= 0.95", ">= 0.95"]
     for (label, (mid, _)), target in zip(figures.items(), targets, strict=True):
         print(ratio_line(label, mid, target))
 
