@@ -28,6 +28,9 @@ class TrainerConfig:
     precision: str = "32-true"
     compile: bool = False  # torch.compile the model (one device or data parallelism)
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (GPUs from Ampere on)
+    # 0: off; N: a torch.profiler trace of one step in every N after warm-up, on every rank,
+    # read as Holistic Trace Analysis reads it (runner/training/sampled_profile.py)
+    profile_every_n_steps: int = 0
 
 
 def check_trainer(t: Any) -> None:
@@ -36,6 +39,8 @@ def check_trainer(t: Any) -> None:
     one_of(t.optimizer, "trainer.optimizer", OPTIMIZERS)
     one_of(t.precision, "trainer.precision", PRECISIONS)
     require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
+    every = t.profile_every_n_steps
+    require(every >= 0, "trainer.profile_every_n_steps", f"must be 0 (off) or more, got {every}")
     require(
         0 <= t.warmup_steps < t.max_steps,
         "trainer.warmup_steps",

@@ -35,16 +35,6 @@ def bus_bytes(kind: str, nbytes: int) -> float:
     return BUS_BYTES[kind.split()[-1]] * nbytes
 
 
-def busy_s(spans: list[tuple[float, float]]) -> float:
-    """The time at least one of the spans was in flight (their union)."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
-
-
 @dataclass(frozen=True)
 class Transfer:
     dim: str  # the mesh dimension whose traffic it is: dp | tp | pp; "" for logging's reductions

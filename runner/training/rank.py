@@ -223,7 +223,9 @@ def train(
         cfg.trainer.weight_decay,
     )
     timing = (RankTiming if cfg.trainer.measure else LoopTiming)(
-        cfg.trainer.warmup_steps, cuda=cfg.hardware.accelerator == "gpu"
+        cfg.trainer.warmup_steps,
+        cuda=cfg.hardware.accelerator == "gpu",
+        profile_every=cfg.trainer.profile_every_n_steps,
     )
     set_default_timeout(cfg.dist.timeout_s)
     trainer = build_trainer(cfg, run_id, timing, progress, resume)

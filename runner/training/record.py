@@ -15,6 +15,7 @@ from runner.mesh import mesh_of
 from runner.pictures import Span, rank_timeline
 from runner.planner import mfu, predict
 from runner.tracking import Run
+from runner.training.sampled_profile import merged_trace
 
 
 def chrome_trace(spans_by_rank: list[list[list[Span]]]) -> dict[str, Any]:
@@ -49,6 +50,9 @@ def record_training(
     if job is not None:
         figures = figures | predict(job) | measured_mfu(job, figures)
     run.log_metrics(figures)
+    traces = [rank.get("trace") for rank in gathered]
+    if any(traces):
+        run.client.log_dict(run_id, merged_trace(traces), "profile.trace.json")
     spans = [rank["spans"] for rank in gathered]
     if not (spans and all(spans)):
         return

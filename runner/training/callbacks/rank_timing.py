@@ -26,9 +26,11 @@ import torch.distributed as dist
 
 from runner import clock
 from runner.clock import EventClock, HostClock
-from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes, busy_s
+from runner.intervals import union_s
+from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes
 from runner.mesh import DIMS
 from runner.training.callbacks.memory import PeakMemory
+from runner.training.sampled_profile import FRACTIONS, SampledProfile
 
 
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
@@ -74,7 +76,7 @@ class Step:
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
                 out[f"comm_bus_bytes_{dim}"] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
-                out[f"comm_busy_s_{dim}"] = busy_s([(t.start, t.end) for t in mine])
+                out[f"comm_busy_s_{dim}"] = union_s([(t.start, t.end) for t in mine])
         return out
 
     def figures(self) -> dict[str, float]:
@@ -144,8 +146,11 @@ class LoopTiming(pl.Callback):
     at the end: all that is measured with `trainer.measure=false`, the baseline of what measuring
     costs."""
 
-    def __init__(self, warmup_steps: int, timeline_steps: int = 3, cuda: bool = False) -> None:
+    def __init__(
+        self, warmup_steps: int, timeline_steps: int = 3, cuda: bool = False, profile_every: int = 0
+    ) -> None:
         self.warmup_steps = warmup_steps
+        self.profile = SampledProfile(profile_every, cuda)  # trainer.profile_every_n_steps
         self.timeline_steps = timeline_steps
         self.cuda = cuda  # GPU work is asynchronous: time it with events on its streams
         self.steps: list[Step] = []
@@ -165,6 +170,9 @@ class LoopTiming(pl.Callback):
         return bool(self.steps) and not self.steps[-1].end
 
     def on_train_batch_start(self, *_: Any) -> None:
+        index = len(self.steps)
+        if index >= self.warmup_steps and self.profile.wants(index):
+            self.profile.start()
         self.steps.append(Step(start=clock.stamp()))
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
@@ -173,6 +181,7 @@ class LoopTiming(pl.Callback):
         self.attach(trainer, step)
         clock.settle()  # the step's one synchronization (on a GPU; nothing to wait for on a CPU)
         self.steps[-1] = step = step.settled(clock.seconds)
+        self.profile.stop()  # after the settling: on a GPU the step's kernels have all run
         if len(self.steps) > 1:  # the previous step's loop interval ends where this one began
             self.steps[-2].next_start = step.start
 
@@ -195,7 +204,8 @@ class LoopTiming(pl.Callback):
         peak = self.memory.peak_gib()
         if peak is not None:
             figures["peak_memory_gib"] = peak
-        return {"figures": figures, "spans": []}
+        figures |= self.profile.summary()
+        return {"figures": figures, "spans": [], "trace": self.profile.trace}
 
     def on_train_end(self, *_: Any) -> None:
         """Every rank's summary to rank 0: one object gather, once, after training."""
@@ -295,6 +305,11 @@ def combine(
         if "loop_time_s" in per_rank[0]
         else {}
     )
+    for key in FRACTIONS:  # the sampled profiler traces' breakdown
+        if key in per_rank[0]:
+            out[key] = fmean(r[key] for r in per_rank)
+            out[f"{key}_max"] = max(r[key] for r in per_rank)
+            out |= {f"rank_{i}/{key}": r[key] for i, r in enumerate(per_rank)}
     if "peak_memory_gib" in per_rank[0]:  # the busiest rank's: what must fit on every device
         out["peak_memory_gib"] = max(r["peak_memory_gib"] for r in per_rank)
         out |= {f"rank_{i}/peak_memory_gib": r["peak_memory_gib"] for i, r in enumerate(per_rank)}
