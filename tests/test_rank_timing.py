@@ -171,3 +171,14 @@ def test_on_a_gpu_a_step_is_read_from_events_with_one_synchronization(monkeypatc
     assert cuda.synchronized == 2  # one more, after the step
     got = timing.steps[-1].figures()
     assert got == pytest.approx(expected.figures())
+
+
+def test_a_pipelines_p2p_sends_carry_their_payload_once() -> None:
+    # Two batches of sends, 64 bytes each: launched at 0 and 1, waited for until 2 and 3. In
+    # flight 0-3; a send's bus factor is 1, whatever the number of stages.
+    sends = [Transfer("pp", "p2p", 0.0, 2.0, 64, False), Transfer("pp", "p2p", 1.0, 3.0, 64, False)]
+    schedule = Schedule((0.0, 3.0), (3.0, 4.0), [Action("F0", 0.0, 3.0, 0)], [], 128, sends)
+    f = combine(
+        [Step(start=0.0, end=4.0, schedule=schedule).figures()], {"dp": 1, "tp": 1, "pp": 4}
+    )
+    assert f["comm_algbw_gbs/pp"] == f["comm_busbw_gbs/pp"] == pytest.approx(128 / 3 / 1e9)

@@ -25,7 +25,7 @@ Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro
 
 # nccl-tests' bus bandwidth: the bytes each rank's link carries per byte of payload S are
 # 2(n-1)/n for an all-reduce and (n-1)/n for an all-gather or a reduce-scatter (a ring's); the
-# factor here is the part before (n-1)/n.
+# factor here is the part before (n-1)/n. (A P2P send carries its payload once: factor 1.)
 BUS_BYTES = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0}
 
 
@@ -76,6 +76,9 @@ class Schedule:
     actions: list[Action] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)  # the strategy's own collectives
     sent_bytes: int = 0  # P2P payload this rank sent
+    # Each batch of P2P sends from its launch to the end of the wait for it: an upper bound of its
+    # time on the wire (the peer may post its receive late), for the bandwidth it delivered.
+    sends: list[Transfer] = field(default_factory=list)
 
     def settled(self, seconds: Seconds) -> Schedule:
         return Schedule(
@@ -84,6 +87,7 @@ class Schedule:
             [a.settled(seconds) for a in self.actions],
             [t.settled(seconds) for t in self.transfers],
             self.sent_bytes,
+            [t.settled(seconds) for t in self.sends],
         )
 
     def work_s(self) -> float:

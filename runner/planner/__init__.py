@@ -44,9 +44,8 @@ def predict(job: Job) -> dict[str, float]:
     out["pred/idle_fraction"] = time.idle_fraction
     for dim, payload in moved.payload.items():
         out[f"pred/comm_bytes_per_step/{dim}"] = payload
-        if dim != "pp":  # what a collective reaches on the link: the profile's bus bandwidth
-            link = tier(job.hardware, mesh, dim)
-            out[f"pred/comm_busbw_gbs/{dim}"] = link.bandwidth_gbs * link.efficiency
+        link = tier(job.hardware, mesh, dim)  # what a transfer reaches on it: its bus bandwidth
+        out[f"pred/comm_busbw_gbs/{dim}"] = link.bandwidth_gbs * link.efficiency
     if "dp" in moved.payload:
         out["pred/ring_bytes_per_step/dp"] = ring_allreduce_bytes(moved.payload["dp"], mesh.dp)
     if mesh.pp > 1:

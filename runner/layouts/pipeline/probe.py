@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from runner import clock
 from runner.compat.pipelining import wrap_p2p
-from runner.layouts.probes import Action
+from runner.layouts.probes import Action, Transfer
 
 COMPUTE = {"forward_one_chunk": "F", "backward_one_chunk": "B", "backward_weight_one_chunk": "W"}
 
@@ -23,6 +23,9 @@ class PipelineTrace:
     def __init__(self) -> None:
         self.actions: list[Action] = []
         self.sent_bytes = 0
+        # Each batch of sends, from its launch to the end of the wait for it (its bandwidth).
+        self.launched: dict[int, tuple[object, int]] = {}
+        self.sends: list[Transfer] = []
 
     def instrument(self, stages: list[Any]) -> None:
         for stage in stages:
@@ -40,10 +43,10 @@ class PipelineTrace:
 
         return timed
 
-    def take(self) -> tuple[list[Action], int]:
-        """This step's actions and bytes sent, and a fresh start for the next step."""
-        taken = self.actions, self.sent_bytes
-        self.actions, self.sent_bytes = [], 0
+    def take(self) -> tuple[list[Action], int, list[Transfer]]:
+        """This step's actions, bytes sent and sends, and a fresh start for the next step."""
+        taken = self.actions, self.sent_bytes, self.sends
+        self.actions, self.sent_bytes, self.sends, self.launched = [], 0, [], {}
         return taken
 
 
@@ -60,9 +63,15 @@ def _install(trace: PipelineTrace) -> None:
 def _counting(batch_p2p: Callable) -> Callable:
     @functools.wraps(batch_p2p)
     def counting(ops: list[dist.P2POp], *args: Any, **kwargs: Any) -> Any:
-        sends = (op.tensor for op in ops if op.op is dist.isend)
-        _active[0].sent_bytes += sum(t.numel() * t.element_size() for t in sends)
-        return batch_p2p(ops, *args, **kwargs)
+        trace, start = _active[0], clock.stamp()
+        sent = sum(
+            op.tensor.numel() * op.tensor.element_size() for op in ops if op.op is dist.isend
+        )
+        trace.sent_bytes += sent
+        works = batch_p2p(ops, *args, **kwargs)
+        if sent:
+            trace.launched[id(works)] = (start, sent)
+        return works
 
     return counting
 
@@ -70,9 +79,13 @@ def _counting(batch_p2p: Callable) -> Callable:
 def _waiting(wait: Callable) -> Callable:
     @functools.wraps(wait)
     def waiting(works: Any) -> Any:
-        start = clock.stamp()
+        trace, start = _active[0], clock.stamp()
         out = wait(works)  # on a GPU: the stream waits, and the second stamp is behind it
-        _active[0].actions.append(Action("wait", start, clock.stamp(), -1))
+        end = clock.stamp()
+        trace.actions.append(Action("wait", start, end, -1))
+        launched = trace.launched.pop(id(works), None)
+        if launched is not None:
+            trace.sends.append(Transfer("pp", "p2p", launched[0], end, launched[1], False))
         return out
 
     return waiting

@@ -153,9 +153,14 @@ class PipelineStrategy(MeshStrategy):
         optimizer.step()
         optimizer_end = clock.stamp()
         loss, broadcast = self._from_last_stage(loss)
-        actions, sent = self.trace.take()
+        actions, sent, sends = self.trace.take()
         self.last_schedule = Schedule(
-            (start, window_end), (window_end, optimizer_end), actions, [*syncs, broadcast], sent
+            (start, window_end),
+            (window_end, optimizer_end),
+            actions,
+            [*syncs, broadcast],
+            sent,
+            sends,
         )
         # With data-parallel replicas, the mean of theirs: the loss of the global batch.
         self.lightning_module.log("train_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)

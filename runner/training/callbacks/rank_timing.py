@@ -72,7 +72,7 @@ class Step:
         for t in self.transfers:
             if t.dim:
                 out[f"comm_bytes_{t.dim}"] += t.nbytes
-        for dim in ("dp", "tp"):  # collectives; a pipeline's P2P overlaps compute, untimed
+        for dim in ("dp", "tp"):  # collectives; a pipeline's P2P sends: p2p_bandwidth
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
                 out[f"comm_bus_bytes_{dim}"] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
@@ -114,6 +114,7 @@ class Step:
                 "bubble_fraction": 1 - work / (w1 - w0),
                 "comm_bytes_pp": float(schedule.sent_bytes),
             }
+            | p2p_bandwidth(schedule)
         )
 
     def settled(self, seconds: Any) -> "Step":
@@ -275,19 +276,30 @@ class RankTiming(LoopTiming):
         return summary | {"spans": [s.spans(self.origin) for s in shown]}
 
 
+def p2p_bandwidth(schedule: Schedule) -> dict[str, float]:
+    """What the bandwidth of the step's P2P sends is computed from: their bytes, and the time at
+    least one was between its launch and the end of the wait for it."""
+    if not schedule.sends:
+        return {}
+    return {
+        "comm_bus_bytes_pp": float(sum(t.nbytes for t in schedule.sends)),
+        "comm_busy_s_pp": union_s([(t.start, t.end) for t in schedule.sends]),
+    }
+
+
 def bandwidths(per_rank: list[dict[str, float]], sizes: dict[str, int]) -> dict[str, float]:
-    """Per mesh dimension, what its collectives delivered (means over ranks, GB/s): algbw, the
-    payload over the time a collective was in flight; busbw, nccl-tests' bus bandwidth."""
+    """Per mesh dimension, what its transfers delivered (means over ranks, GB/s): algbw, the
+    payload over the time a transfer was in flight; busbw, nccl-tests' bus bandwidth."""
     out = {}
-    for dim in ("dp", "tp"):
+    for dim in ("dp", "tp", "pp"):
         timed = [r for r in per_rank if r.get(f"comm_busy_s_{dim}")]
         if not timed or sizes.get(dim, 1) < 2:
             continue
-        n, busy = sizes[dim], [r[f"comm_busy_s_{dim}"] for r in timed]
+        busy = [r[f"comm_busy_s_{dim}"] for r in timed]
+        n = sizes[dim]
+        scale = 1.0 if dim == "pp" else (n - 1) / n  # a P2P send carries its payload once
         alg = [r[f"comm_bytes_{dim}"] / s for r, s in zip(timed, busy, strict=True)]
-        bus = [
-            r[f"comm_bus_bytes_{dim}"] * (n - 1) / n / s for r, s in zip(timed, busy, strict=True)
-        ]
+        bus = [r[f"comm_bus_bytes_{dim}"] * scale / s for r, s in zip(timed, busy, strict=True)]
         out[f"comm_algbw_gbs/{dim}"] = fmean(alg) / 1e9
         out[f"comm_busbw_gbs/{dim}"] = fmean(bus) / 1e9
     return out
