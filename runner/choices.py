@@ -13,6 +13,8 @@ MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # schedules that drive severa
 MODES = ("train", "example", "plan", "calibrate", "report")
 # Lightning's names; runner/precision.py says what each means for memory, traffic and FLOP/s.
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+# trainer.recompute: what each layer keeps for backward (runner/models/recompute.py)
+RECOMPUTE = ("none", "full", "selective")
 EXAMPLES = ("neuron", "backprop")
 ACCELERATORS = ("cpu", "gpu")
 TIERS = ("auto", "intra_node", "inter_node")

@@ -41,12 +41,19 @@ class Job:
 
     @property
     def microbatches(self) -> int:
-        """Micro-batches a replica's share of the batch runs as (1 without a pipeline)."""
-        return self.parallel.microbatches if self.mesh.pp > 1 else 1
+        """Micro-batches a replica's share of the batch runs as: a pipeline's, or gradient
+        accumulation's without one (a one-stage pipeline schedule)."""
+        return self.parallel.microbatches
 
     @property
     def tokens_per_sample(self) -> int:
         return self.spec.tokens_per_sample(self.data)
+
+    @property
+    def vocab_tp(self) -> bool:
+        """A model's vocabulary is split over the tensor-parallel ranks (parallel.vocab_parallel;
+        a model without one ignores it)."""
+        return self.parallel.vocab_parallel and self.mesh.tp > 1
 
 
 def typed(schema: type[T], node: DictConfig) -> T:

@@ -1,9 +1,12 @@
 """Loss functions by the names the data configs give them."""
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -24,3 +27,26 @@ LOSSES: dict[str, Loss] = {
     "half_mse": half_mse,
     "bce": F.binary_cross_entropy,  # on probabilities: the model ends in a sigmoid
 }
+
+
+def on_shards(sharded: bool) -> AbstractContextManager:
+    """Where a loss, and its backward, run when the model's output is split over the vocabulary
+    (a DTensor sharded on its last dim): torch's loss_parallel, whose cross-entropy sums the
+    shards' softmax by all-reduce rather than gathering the logits. Its backward must run inside
+    it too. Not reentrant: one caller enters it."""
+    return loss_parallel() if sharded else nullcontext()
+
+
+def sharded(output: object) -> bool:
+    return isinstance(output, DTensor)
+
+
+def replicated(loss: Loss) -> Loss:
+    """`loss` as a plain tensor: loss_parallel's is a replicated DTensor, the same on every rank;
+    its local value takes the gradient back into the DTensor graph."""
+
+    def plain(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        value = loss(output, target)
+        return value.to_local() if isinstance(value, DTensor) else value
+
+    return plain

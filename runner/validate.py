@@ -21,7 +21,7 @@ from runner.config.faults import check_fault
 from runner.config.hardware import check_hardware, check_profile
 from runner.config.logger import check_tracking
 from runner.config.plan import check_plan
-from runner.config.trainer import check_precision, check_trainer
+from runner.config.trainer import check_precision, check_recompute, check_trainer
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
 from runner.layouts.rules import check_layout
@@ -105,6 +105,7 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
     check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
     check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode == "train")
+    check_recompute(cfg.trainer, cfg.parallel.schedule, mesh)
     job = resolve_job(cfg)  # None for a model of the user's
     if cfg.mode == "train" and job is not None:
         check_fits(job)  # then: nothing else matters for a model too large to train
@@ -117,6 +118,11 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
         check_plan(cfg.plan, cfg.model)
         check_layer_fits(job)
     elif cfg.mode == "train":
+        require(
+            not cfg.plan.scatter_gather,
+            "plan.scatter_gather",
+            "is priced by mode=plan only: training sends whole activations between stages",
+        )
         check_launch(cfg)
         check_fault(cfg)
     elif cfg.mode == "calibrate":

@@ -32,7 +32,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 def copy_of_the_repository(dest: Path) -> Path:
     """The code and the configs, for commands that write into the repository (mode=calibrate's
     profile, a recipe's new files) or must run the code as a document shows it."""
-    for part in ("runner", "conf", "plugins", "experiments", "benchmarks"):
+    for part in ("runner", "conf", "plugins", "hydra_plugins", "experiments", "benchmarks"):
         if (REPOSITORY / part).exists():
             shutil.copytree(REPOSITORY / part, dest / part, symlinks=True)
     return dest

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORTED = ["3.11", "3.12", "3.13"]
-SOURCES = ["runner", "plugins", "benchmarks", "tests"]
+SOURCES = ["runner", "plugins", "hydra_plugins", "benchmarks", "tests"]
 
 
 def _project() -> dict:

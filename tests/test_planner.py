@@ -61,7 +61,7 @@ def test_the_plan_says_which_layouts_fit() -> None:
     whole = planned("parallel=data", "data.batch_size=128")
     assert whole["mem_per_device_gib"]["total"] > whole["memory"]
     # Megatron's GPT-3 layout: 8-way tensor, 16-way pipeline, bf16, activations recomputed: yes.
-    split = planned(*MEGATRON, "trainer.precision=bf16-mixed", "plan.recompute=true")
+    split = planned(*MEGATRON, "trainer.precision=bf16-mixed", "trainer.recompute=full")
     assert split["mem_per_device_gib"]["total"] < split["memory"]
     # Without recomputation the first stage holds p micro-batches of L/p layers: all L layers'.
     bf16 = planned(*MEGATRON, "trainer.precision=bf16-mixed")
@@ -85,10 +85,14 @@ def test_mixed_precision_keeps_fp32_state_and_halves_activations() -> None:
     assert bf16["step_time_s"] < fp32["step_time_s"]
     flops = [run["mfu"] * run["step_time_s"] * peak for run, peak in ((fp32, 67), (bf16, 989))]
     assert flops[0] == pytest.approx(flops[1])
-    # The residual stream stays fp32 between stages; tp's forward all-reduces are 16-bit and its
-    # backward ones fp32 (the gradients of the stream): 3/4 of the bytes.
+    # The residual stream stays fp32 between stages; the blocks' tp forward all-reduces are
+    # 16-bit and their backward ones fp32 (the gradients of the stream): 3/4 of the bytes. The
+    # vocabulary's (split over the tp ranks) are fp32 at every precision.
     moved32, moved16 = fp32["comm_bytes_per_step"], bf16["comm_bytes_per_step"]
-    assert moved16["pp"] == moved32["pp"] and moved16["tp"] == moved32["tp"] * 3 / 4
+    blocks = planned(*MEGATRON, "parallel.vocab_parallel=false")["comm_bytes_per_step"]["tp"]
+    vocab = moved32["tp"] - blocks
+    assert 0 < vocab < blocks
+    assert moved16["pp"] == moved32["pp"] and moved16["tp"] == blocks * 3 / 4 + vocab
 
 
 def test_a_token_budget_sets_the_duration() -> None:
@@ -250,10 +254,16 @@ def test_calibrate_measures_this_host_into_a_usable_profile(
         assert measured[link]["bandwidth_bytes_s"] > 1e7
     written = OmegaConf.load(calibrate.PROFILE)
     cpu, _ = compose_job("mode=plan")
+    OmegaConf.set_struct(cpu, False)  # the profile adds curves to an empty dict
     profile = OmegaConf.merge(cpu.hardware, {k: v for k, v in written.items() if k != "defaults"})
     validate.check_profile(profile)
     for key, flops in peaks.items():
         assert profile.peak_tflops[key] == pytest.approx(flops / 1e12, rel=1e-3)
+        # The curve: the peak is its best size's; a 32 x 32 x 32 product runs below it.
+        shares = dict(map(tuple, profile.gemm_efficiency[key]))
+        assert max(shares.values()) == 1.0 and shares[32] < 1.0
+    assert measured["memory_bandwidth_bytes_s"] > 1e9  # any host copies 1 GB/s
+    assert 0 < profile.compute_efficiency <= 1
 
 
 def test_the_snapshot_interval_minimises_the_expected_waste() -> None:

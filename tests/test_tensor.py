@@ -7,7 +7,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from runner import validate
+from runner.job import Job, resolve_job
+from runner.layouts import traffic
 from runner.mesh import Mesh, mesh_of
+from runner.planner.memory import GIB, largest_layer_gib, memory_per_device_gib, params_per_device
 from tests.conftest import (
     QUICK,
     all_runs,
@@ -74,6 +77,8 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
         if model == "decoder":
             assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
         m = run.data.metrics
+        # The decoder's vocabulary is split over tp (parallel.vocab_parallel, the default): its
+        # embedding's, output layer's and loss's collectives are in both figures.
         for dim in dims:  # measured from the collectives that ran, predicted from the formulas
             key = f"comm_bytes_per_step/{dim}"
             assert m[key] == m[f"pred/{key}"], (preset, key)
@@ -92,6 +97,61 @@ def run_every_mesh(tmp_path: Path, store: str, *job: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     done = run_cli(*job, *QUICK, "parallel=tensor", "hardware.devices=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_without_vocab_parallelism_only_the_blocks_all_reduce(store: str, tmp_path: Path) -> None:
+    """parallel.vocab_parallel=false: every rank holds the whole embedding and computes every
+    logit, so only the blocks' all-reduces run, as before vocabulary parallelism."""
+    job = [*MODELS["decoder"], *COMMON]
+    single = loss_series(store, train(*job))
+    split = ["parallel=tensor", "hardware.devices=2", "parallel.vocab_parallel=false"]
+    done = run_cli(*job, *QUICK, *split, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "2"]
+    assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE)
+    m = run.data.metrics
+    # 2 all-reduces forward and 2 backward per block, each of b*s*h = 16 x 64 x 32 fp32 values
+    # (seq_len: the context, 64), 2 blocks. With the vocabulary split: +16 x 64 x (2 x 32 + 3).
+    blocks_only = 4 * 2 * 16 * 64 * 32 * 4
+    assert m["comm_bytes_per_step/tp"] == m["pred/comm_bytes_per_step/tp"] == blocks_only
+
+
+def planned_tp8(*overrides: str) -> Job:
+    cfg, _ = compose_job(
+        "mode=plan", "model=decoder", "model.n_heads=8", "model.n_layers=2", "parallel.tp=8",
+        *overrides,
+    )  # fmt: skip
+    validate.validate(cfg)
+    return resolve_job(cfg)
+
+
+def test_vocab_parallelism_splits_the_embedding_and_adds_its_collectives() -> None:
+    """The decoder at tp=8: vocabulary V = 2,048, d_model h = 128, 2 blocks, a batch of b = 32
+    samples of s = 64 tokens (the text data's defaults).
+
+    Parameters per rank: the embedding's V/8 rows, 2,048 x 128 / 8 = 32,768; a block's split
+    layers hold 1/8 (Q, K, V: 3 x (2,048 + 16); output: 2,048 + 128; FFN: 8,192 + 64 + 8,192
+    + 128) and its norms are whole (4 x 128): 25,456. So 32,768 + 2 x 25,456 = 83,680; with
+    the embedding whole, 262,144 + 50,912 = 313,056.
+
+    tp bytes per step: the blocks' 4 all-reduces of b*s*h = 262,144 values each, 2 blocks, fp32:
+    8,388,608 bytes. The vocabulary's, fp32 at every precision: the embedding's forward
+    all-reduce and the output layer's backward one (b*s*h each), loss_parallel's three of b*s
+    (max, sum of exponentials, target logit): 2,048 x (256 + 3) x 4 = 2,121,728 bytes. Calls: 8
+    and 5. In bf16-mixed the blocks' forward halves are 16-bit: 6,291,456 + 2,121,728."""
+    split, whole = planned_tp8(), planned_tp8("parallel.vocab_parallel=false")
+    assert (params_per_device(split), params_per_device(whole)) == (83_680, 313_056)
+    # The largest layer is the embedding's shard, with fp32 weight, gradient and 2 Adam moments.
+    assert largest_layer_gib(split) * GIB == 32_768 * 16
+    moved = traffic(split)
+    assert (moved.payload["tp"], moved.calls["tp"]) == (8_388_608 + 2_121_728, 8 + 5)
+    assert (traffic(whole).payload["tp"], traffic(whole).calls["tp"]) == (8_388_608, 8)
+    bf16 = traffic(planned_tp8("trainer.precision=bf16-mixed")).payload["tp"]
+    assert bf16 == 6_291_456 + 2_121_728
+    # The fp32 logits of the last stage: b*s*V/8 rather than b*s*V values.
+    held = [memory_per_device_gib(job)["activations"] * GIB for job in (whole, split)]
+    assert held[0] - held[1] == 32 * 64 * (2_048 - 256) * 4
 
 
 @pytest.mark.parametrize(

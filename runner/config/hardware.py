@@ -36,7 +36,14 @@ class HardwareConfig:
     # Per device by the key a precision computes at (fp32, tf32, bf16, fp16: runner/precision.py);
     # on a CPU, the whole host's (its devices share the cores).
     peak_tflops: dict[str, float] = MISSING
-    compute_efficiency: float = MISSING  # share of peak that a training step's matmuls reach
+    # Share of peak a matrix product of size n reaches, n the cube root of m*n*k: points [n,
+    # share] per peak_tflops key, read between points on a log scale (runner/planner/gemm.py);
+    # a key without points: every product at peak. mode=calibrate measures them.
+    gemm_efficiency: dict[str, list[Any]] = field(default_factory=dict)
+    memory_bandwidth_gbs: float | None = None  # per device; caps thin products (the roofline)
+    # Share of a step's compute time its matrix products take, at the speeds above: the rest is
+    # norms, softmax, element-wise work, the optimizer and launches.
+    compute_efficiency: float = MISSING
     step_overhead_s: float = 0.0  # fixed cost of every step: Python, framework, optimizer launch
     # Software cost of one tensor-parallel layer's forward and backward beyond its compute and
     # collectives (DTensor's dispatch), per micro-batch.
@@ -88,6 +95,7 @@ def check_profile(hw: Any) -> None:
     require(hw.memory_gib is None or hw.memory_gib > 0, "hardware.memory_gib", "must be positive")
     for dtype, tflops in hw.peak_tflops.items():
         require(tflops > 0, f"hardware.peak_tflops.{dtype}", f"must be positive, got {tflops}")
+    check_gemm_curves(hw)
     for tier in ("intra_node", "inter_node"):
         link = hw[tier]
         missing(link, f"hardware.{tier}", *LINK)
@@ -97,3 +105,17 @@ def check_profile(hw: Any) -> None:
     for dim, tier in hw.tiers.items():
         one_of(dim, "hardware.tiers", ("dp", "pp", "tp"))
         one_of(tier, f"hardware.tiers.{dim}", TIERS)
+
+
+def check_gemm_curves(hw: Any) -> None:
+    bandwidth = hw.memory_bandwidth_gbs
+    require(bandwidth is None or bandwidth > 0, "hardware.memory_bandwidth_gbs", "must be positive")
+    for key, points in hw.gemm_efficiency.items():
+        name = f"hardware.gemm_efficiency.{key}"
+        sizes = [p[0] for p in points]
+        require(
+            all(len(p) == 2 and p[0] > 0 and 0 < p[1] <= 1 for p in points) and bool(points),
+            name,
+            "must be [size, share] points, sizes positive, shares in (0, 1]",
+        )
+        require(sizes == sorted(set(sizes)), name, f"sizes must rise, got {sizes}")

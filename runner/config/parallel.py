@@ -16,7 +16,13 @@ class ParallelConfig:
     # DDP's gradient bucket size, one all-reduce per bucket; null: torch's default, 25 MiB after
     # a first bucket of 1 MiB, whose all-reduce starts while backward still runs
     bucket_cap_mb: float | None = None
-    microbatches: int = 1  # pipeline: micro-batches per global batch (1: plain model parallelism)
+    # Micro-batches per replica's share of the batch: a pipeline's (1: plain model parallelism),
+    # or, with pp 1, gradient accumulation (a one-stage pipeline schedule)
+    microbatches: int = 1
     schedule: str = "1f1b"  # pipeline: one of runner.choices.SCHEDULES
     virtual_stages: int = 1  # pipeline: stages per rank (interleaved schedules)
     split: list[int] | None = None  # pipeline: layers per stage; None splits evenly
+    # Split the vocabulary over the tensor-parallel ranks (Megatron-LM's vocab parallelism): the
+    # embedding, the output layer and cross-entropy, for models that have one; others ignore it.
+    # false: every tensor-parallel rank holds the whole embedding and computes every logit.
+    vocab_parallel: bool = True

@@ -15,8 +15,11 @@ class PlanConfig:
 
     hours: float | None = None  # a duration to price ...
     tokens: float | None = None  # ... or a token (sample) budget; neither: trainer.max_steps
-    recompute: bool = False  # keep only each layer's input; recompute the rest in backward
     json: bool = False  # print one JSON object as the last line of standard output
+    # Pipeline sends between tensor-parallel groups split over their ranks, each sending 1/tp and
+    # all-gathering the rest over the tensor-parallel link (Megatron-LM's scatter/gather;
+    # Narayanan et al. 2021, section 4.1). Priced by mode=plan only: training sends it whole.
+    scatter_gather: bool = False
     # Failures: Meta's Llama 3 405B run saw 419 interruptions in 54 days on 16,384 GPUs, one per
     # ~3.1 h for the job, ~51,000 h per GPU (Dubey et al. 2024, section 3.3.4).
     device_mtbf_hours: float = 50_000.0

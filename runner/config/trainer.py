@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.choices import OPTIMIZERS, PRECISIONS
+from runner.choices import OPTIMIZERS, PRECISIONS, RECOMPUTE
 from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.precision import precision_of
@@ -28,6 +28,10 @@ class TrainerConfig:
     precision: str = "32-true"
     compile: bool = False  # torch.compile the model (one device or data parallelism)
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (GPUs from Ampere on)
+    # activations kept for backward, one of runner.choices.RECOMPUTE: none | full (each layer
+    # keeps its input, re-runs its forward in backward) | selective (keeps matrix products',
+    # attention's and collectives' outputs; recomputes the rest): runner/models/recompute.py
+    recompute: str = "none"
     # 0: off; N: a torch.profiler trace of one step in every N after warm-up, on every rank,
     # read as Holistic Trace Analysis reads it (runner/training/sampled_profile.py)
     profile_every_n_steps: int = 0
@@ -38,6 +42,7 @@ def check_trainer(t: Any) -> None:
     require(t.weight_decay >= 0, "trainer.weight_decay", f"must be 0 or more, got {t.weight_decay}")
     one_of(t.optimizer, "trainer.optimizer", OPTIMIZERS)
     one_of(t.precision, "trainer.precision", PRECISIONS)
+    one_of(t.recompute, "trainer.recompute", RECOMPUTE)
     require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
     every = t.profile_every_n_steps
     require(every >= 0, "trainer.profile_every_n_steps", f"must be 0 (off) or more, got {every}")
@@ -82,6 +87,17 @@ def check_precision(t: Any, hw: Any, mesh: Mesh, train: bool) -> None:
     )
     if train and hw.accelerator == "gpu":
         check_gpu_precision(t)
+
+
+def check_recompute(t: Any, schedule: str, mesh: Mesh) -> None:
+    """Recomputation runs once per backward; zero_bubble splits a stage's backward in two."""
+    require(
+        not (t.recompute != "none" and mesh.pp > 1 and schedule == "zero_bubble"),
+        "trainer.recompute",
+        f"{t.recompute} with parallel.schedule=zero_bubble: its backward runs in two passes "
+        "(input, then weight gradients), each of which would recompute, and selective "
+        "checkpointing allows one; use another schedule or trainer.recompute=none",
+    )
 
 
 def check_gpu_precision(t: Any) -> None:

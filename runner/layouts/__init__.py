@@ -31,6 +31,7 @@ def traffic(job: Job) -> Traffic:
         found = part(job)
         out.payload |= found.payload
         out.calls |= found.calls
+        out.tail |= found.tail
     return out
 
 
@@ -51,11 +52,14 @@ def data_shard(cfg: DictConfig, rank: int) -> tuple[int, int]:
 
 
 def strategy(cfg: DictConfig) -> Any:
-    """The Lightning strategy of the config's layout ("auto": one device, no layout)."""
+    """The Lightning strategy of the config's layout ("auto": one device, no layout). Micro-batches
+    without a pipeline are gradient accumulation: the pipeline strategy with one stage, whose
+    schedule runs forward and backward per micro-batch (on one process too)."""
     mesh = mesh_of(cfg)
-    if mesh.world == 1:
+    accumulate = cfg.parallel.microbatches > 1
+    if mesh.world == 1 and not accumulate:
         return "auto"  # any layout on one device is the plain single-device run
-    if mesh.pp > 1:
+    if mesh.pp > 1 or accumulate:
         from runner.layouts.pipeline.strategy import strategy as make
     elif mesh.tp > 1:
         from runner.layouts.tensor.strategy import strategy as make

@@ -10,6 +10,7 @@ from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
 from runner.models.sizes import pipeline_layers, stage_layers
+from runner.models.spec import ModelSpec
 
 
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
@@ -17,6 +18,8 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
         check_data(cfg, mesh)
     if mesh.pp > 1:
         check_pipeline(cfg, mesh)
+    elif cfg.parallel.microbatches != 1:
+        check_accumulation(cfg, mesh)
     if mesh.tp > 1:
         check_tensor(cfg, mesh)
 
@@ -35,13 +38,7 @@ def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
     p = cfg.parallel
     one_of(p.schedule, "parallel.schedule", SCHEDULES)
     positive(p, "parallel", "microbatches", "virtual_stages")
-    shard = cfg.data.batch_size // mesh.dp
-    require(
-        shard % p.microbatches == 0,
-        "parallel.microbatches",
-        f"a batch of {shard} per data-parallel replica does not split into {p.microbatches} "
-        "micro-batches",
-    )
+    check_microbatches(cfg, mesh)
     require(
         p.schedule != "1f1b" or p.microbatches >= mesh.pp,
         "parallel.microbatches",
@@ -72,6 +69,49 @@ def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
             "parallel.split",
             f"needs {stages} positive layer counts summing to {layers}, got {list(p.split)}",
         )
+
+
+def check_microbatches(cfg: DictConfig, mesh: Mesh) -> None:
+    m, shard = cfg.parallel.microbatches, cfg.data.batch_size // mesh.dp
+    require(
+        shard % m == 0,
+        "parallel.microbatches",
+        f"a batch of {shard} per data-parallel replica does not split into {m} micro-batches",
+    )
+
+
+def check_accumulation(cfg: DictConfig, mesh: Mesh) -> None:
+    """Micro-batches without a pipeline: gradient accumulation, run as a one-stage pipeline's
+    schedule (runner/layouts/pipeline/strategy.py)."""
+    p, t = cfg.parallel, cfg.trainer
+    positive(p, "parallel", "microbatches")
+    check_microbatches(cfg, mesh)
+    one_of(p.schedule, "parallel.schedule", SCHEDULES)
+    require(
+        p.schedule not in MULTI_STAGE and p.virtual_stages == 1,
+        "parallel.schedule",
+        f"{p.schedule} with virtual_stages={p.virtual_stages} interleaves several stages; "
+        "micro-batches without a pipeline (parallel.pp=1) run one stage: use 1f1b or gpipe",
+    )
+    spec = spec_for(cfg.model)
+    require(
+        spec is not None and type(spec).stage_module is not ModelSpec.stage_module,
+        "parallel.microbatches",
+        "gradient accumulation runs the model as a one-stage pipeline, and this model has no "
+        "pipeline split: use 1",
+    )
+    require(
+        not t.compile,
+        "trainer.compile",
+        "micro-batches run as a pipeline schedule, whose stage runs eagerly: set "
+        "parallel.microbatches=1 to compile",
+    )
+    require(
+        t.precision != "16-mixed",
+        "trainer.precision",
+        "16-mixed scales the loss, which the micro-batch schedule's backward does not take here; "
+        "use bf16-mixed (no scaling needed) or 32-true",
+    )
 
 
 def check_tensor(cfg: DictConfig, mesh: Mesh) -> None:

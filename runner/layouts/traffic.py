@@ -17,6 +17,9 @@ class Traffic:
 
     payload: dict[str, float] = field(default_factory=dict)
     calls: dict[str, float] = field(default_factory=dict)
+    # The last call's payload, where the layout starts it only when compute is done (DDP's last
+    # bucket, all-reduced after backward): what no computation can hide.
+    tail: dict[str, float] = field(default_factory=dict)
 
 
 def ring_allreduce_bytes(payload: float, n: int) -> float:

@@ -30,7 +30,25 @@ class Activations:
     in_flight: int  # micro-batches whose activations a stage keeps at once
     tp: int
     elem: int  # bytes per element at the training dtype
-    recompute: bool
+    recompute: str  # trainer.recompute: none | full | selective
+    vocab_tp: bool = False  # the vocabulary split over the tp ranks (parallel.vocab_parallel)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One matrix product of a forward pass, (m x k) @ (k x n), run `count` times per micro-batch
+    on one tensor-parallel rank. Backward runs two of the same size (input and weight gradients);
+    `recomputed`: full activation recomputation runs it again (the blocks, not the output layer)."""
+
+    m: int
+    n: int
+    k: int
+    count: float = 1
+    recomputed: bool = True
+
+    @property
+    def flops(self) -> float:
+        return 2 * self.m * self.n * self.k * self.count
 
 
 @dataclass(frozen=True)
@@ -61,12 +79,15 @@ class ModelSpec:
         """How many layers a pipeline can split the model into."""
         return 1
 
-    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
+    def stage_tensors(
+        self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False
+    ) -> list[int]:
         """Sizes of one stage's trainable tensors on one tensor-parallel rank, in module order
-        (DDP buckets them in reverse); `ends`: the stage is the first or the last."""
+        (DDP buckets them in reverse); `ends`: the stage is the first or the last; `vocab_tp`:
+        the vocabulary is split over the tp ranks (a model without one ignores it)."""
         return [self.params(m)]
 
-    def largest_layer_params(self, m: Cfg, tp: int) -> int:
+    def largest_layer_params(self, m: Cfg, tp: int, vocab_tp: bool = False) -> int:
         """The largest layer as tensor parallelism splits it: the least a device must hold."""
         return self.params(m)
 
@@ -79,11 +100,21 @@ class ModelSpec:
         return 6 * self.params(m)
 
     def stage_flops_per_token(self, m: Cfg, data: Cfg, stages: list[range], tp: int) -> list[float]:
-        """Each stage's FLOPs per token on its busiest tensor-parallel rank."""
-        return [self.flops_per_token(m, data)]
+        """Each stage's FLOPs per token on its busiest tensor-parallel rank: here the model's,
+        shared by the stages as their layers."""
+        layers = sum(len(s) for s in stages)
+        return [self.flops_per_token(m, data) * len(s) / layers for s in stages]
 
     def activation_bytes(self, m: Cfg, held: Activations) -> float:
         return 0.0  # too small to count
+
+    def stage_gemms(
+        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool
+    ) -> list[Gemm] | None:
+        """The forward pass's matrix products of one stage for a micro-batch of `micro` samples
+        on one tensor-parallel rank (`vocab_tp`: the output layer split by vocabulary). None: not
+        known, the planner prices the FLOPs at the profile's best matmul efficiency."""
+        return None
 
     # What one layer hands the next under mixed precision: autocast's 16 bits, unless layers add
     # their outputs to a stream autocast leaves fp32 (a transformer's residual stream). That is what
@@ -127,13 +158,34 @@ class ModelSpec:
         and the calls, per step over the whole stack of stages."""
         return 0.0, 0.0
 
+    def vocab_tp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+    ) -> tuple[float, float]:
+        """Like tp_traffic, the collectives of a vocabulary split over the tensor-parallel ranks
+        (parallel.vocab_parallel): fp32 elements at every precision, and calls."""
+        return 0.0, 0.0
+
+    def tp_recompute_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int, mode: str
+    ) -> tuple[float, float]:
+        """Like tp_traffic, the forward collectives that recomputation (trainer.recompute) runs
+        again in backward: elements at the forward's precision, and calls."""
+        return 0.0, 0.0
+
     def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
         """Tensor-parallel layers the whole stack runs forward and backward per micro-batch."""
         return 0
 
-    def parallelize(self, module: Any, tp_mesh: Any) -> Any:
-        """Split a whole model, or one pipeline stage, over the tensor-parallel mesh."""
+    def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
+        """Split a whole model, or one pipeline stage, over the tensor-parallel mesh; with
+        `vocab_parallel`, its vocabulary too where it has one."""
         raise NotImplementedError(f"model {self.name} has no tensor-parallel plan")
+
+    # --- activation recomputation ---
+    def recompute_units(self, model: Any) -> list[Any]:
+        """The modules trainer.recompute wraps (runner/models/recompute.py): none, the model is
+        too small to gain from it."""
+        return []
 
 
 def matches_data(value: int, key: str, data: Cfg, data_key: str, train: bool) -> None:

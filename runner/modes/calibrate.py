@@ -1,11 +1,14 @@
 """mode=calibrate: measure this host, or its GPU, and write a hardware profile later runs can use.
 
-Measured: matmul FLOP/s at each precision the device has (on a CPU all cores; the best of a few
-sizes); the FLOP/s a plain training step of the configured model reaches in a plain PyTorch loop at
-trainer.precision, which sets compute_efficiency; what the runner's own step (Lightning, hooks,
-logging) adds to it. On a CPU also DTensor's cost per tensor-parallel layer, and gloo's all-reduce
-and point-to-point time between two processes over 127.0.0.1 for messages from 4 kB to 16 MB,
-fitted as latency + size / bandwidth; on a GPU the links are the profile's own (one process, one
+Measured: matmul FLOP/s at each precision the device has (the best of a few sizes), and the share
+of it square products of each size reach (the planner's GEMM curve, runner/planner/gemm.py); a
+large copy's memory bandwidth; a plain training step of the configured model in a plain PyTorch
+loop at trainer.precision, whose time the planner's matrix products at those speeds take a share
+of (compute_efficiency); what the runner's own step (Lightning, hooks, logging) adds to it. On a
+CPU all this runs at the threads each rank gets (hardware.threads_per_rank; all cores if unset);
+there also DTensor's cost per tensor-parallel layer, and gloo's all-reduce and point-to-point time
+between two processes over 127.0.0.1 for messages from 4 kB to 16 MB, fitted as latency + size /
+bandwidth; on a GPU the links are the profile's own (one process, one
 device, measures no network). The profile, based on the one the run was given, goes to
 conf/hardware/calibrated.yaml (hardware=calibrated), the measurements to an MLflow run (tag
 mode=calibrate).
@@ -30,7 +33,7 @@ from torch import nn
 from runner.allocator import keep_freed_memory
 from runner.cluster import free_port
 from runner.job import Job
-from runner.planner.timing import model_flops_per_step
+from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
 
 PROFILE = Path(__file__).resolve().parents[2] / "conf" / "hardware" / "calibrated.yaml"
@@ -61,24 +64,39 @@ def best_time(fn: Callable[[], Any], repeats: int = REPEATS, device: torch.devic
 # The peak_tflops keys a device has, and the torch dtype of each (tf32: fp32 on tensor cores).
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 GPU_DTYPES = DTYPES | {"fp16": torch.float16}
-SQUARES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
+# Square products from the smallest a model here multiplies (an attention head's) to past where
+# the device's speed levels off; on a GPU from a few tiles to a large LLM's.
+CURVE_SIZES = {"cpu": (32, 64, 128, 256, 512, 1024), "cuda": (256, 512, 1024, 2048, 4096, 8192)}
 
 
-def matmul_flops(device: torch.device, key: str) -> float:
-    """The best FLOP/s of square matmuls at one peak_tflops key."""
-    best, dtype = 0.0, GPU_DTYPES[key]
+def keys_of(device: torch.device) -> tuple[str, ...]:
+    """The peak_tflops keys to measure: a CPU has no TF32 or fp16 fast path."""
+    return tuple(GPU_DTYPES) if device.type == "cuda" else ("fp32", "bf16")
+
+
+def matmul_flops(device: torch.device, key: str) -> dict[int, float]:
+    """FLOP/s of square products of each size at one peak_tflops key."""
+    dtype, out = GPU_DTYPES[key], {}
     torch.set_float32_matmul_precision("high" if key == "tf32" else "highest")
-    for n in SQUARES[device.type]:
+    for n in CURVE_SIZES[device.type]:
         a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-        best = max(best, 2 * n**3 / best_time(lambda a=a, b=b: a @ b, device=device))
+        repeats = max(REPEATS, int(2e8 / n**3))  # small products: enough calls to time
+        out[n] = 2 * n**3 / best_time(lambda a=a, b=b: a @ b, repeats, device)
     torch.set_float32_matmul_precision("highest")
-    return best
+    return out
 
 
-def peak_flops(device: torch.device) -> dict[str, float]:
-    """Each precision's matmul peak; a CPU has no TF32 or fp16 fast path to measure."""
-    keys = GPU_DTYPES if device.type == "cuda" else ("fp32", "bf16")
-    return {key: matmul_flops(device, key) for key in keys}
+def peak_and_curve(by_size: dict[int, float]) -> tuple[float, list[list[float]]]:
+    """The best product's FLOP/s (the peak), and [n, share of it] for each size."""
+    peak = max(by_size.values())
+    return peak, [[n, round(flops / peak, 4)] for n, flops in by_size.items()]
+
+
+def memory_bandwidth(device: torch.device) -> float:
+    """Bytes/s of a large copy, read and written (on a CPU larger than its caches)."""
+    n = (256 if device.type == "cpu" else 2048) * 2**20 // 4
+    src, dst = torch.ones(n, device=device), torch.empty(n, device=device)
+    return 2 * n * 4 / best_time(lambda: dst.copy_(src), device=device)
 
 
 QUICK = {"max_steps": 12, "warmup_steps": 4, "val_batches": 0, "progress_bar": False}
@@ -188,24 +206,36 @@ def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
 
 
 def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
+    """On a CPU at the threads each rank will get (hardware.threads_per_rank; all cores when
+    not set), the host's figures scaled up to its cores: its ranks share them."""
     device, cores = device_of(cfg), len(os.sched_getaffinity(0))
-    torch.set_num_threads(cores)
+    threads = cfg.hardware.threads_per_rank or cores
+    torch.set_num_threads(threads)
     if cfg.hardware.keep_freed_memory:  # as every rank will run: the plain step's speed sets
         keep_freed_memory()  # compute_efficiency (measured: 5-8 % faster kept)
-    peaks = peak_flops(device)
+    measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys_of(device)}
+    peaks = {key: peak for key, (peak, _) in measured.items()}
+    curves = {key: curve for key, (_, curve) in measured.items()}
+    bandwidth = memory_bandwidth(device)
     plain = plain_step_time(cfg)
     step = runner_step_time(cfg)
     compute = precision_of(job.trainer).compute
-    measured = {
+    rates = Rates(peaks[compute], curves[compute], bandwidth, Rates.of(job).elem)
+    scale = cores / threads if device.type == "cpu" else 1
+    return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cores} cores",
-        "matmul_flops": peaks,
+        "threads": threads,
+        "matmul_flops": {key: peak * scale for key, peak in peaks.items()},
+        "gemm_efficiency": curves,
+        "memory_bandwidth_bytes_s": bandwidth * scale,
         "step_time_s": step,
         "step_overhead_s": max(0.0, step - plain),  # what the runner (Lightning, hooks) adds
         "plain_step_time_s": plain,
         "step_flops": model_flops_per_step(job) / plain,
+        # the share of the plain step its matrix products take, at the speeds measured above
+        "products_share": min(1.0, products_s(job, rates) / plain),
         "compute": compute,  # the peak the step's FLOP/s are a share of
-    }
-    return measured | (link_figures() if device.type == "cpu" else {})
+    } | (link_figures() if device.type == "cpu" else {})
 
 
 def link_figures() -> dict[str, Any]:
@@ -225,16 +255,20 @@ def link_figures() -> dict[str, Any]:
 def profile_yaml(m: Mapping[str, Any], base: str) -> str:
     """The profile `base` with what was measured in place of its figures."""
     peaks = "\n".join(f"  {k}: {v / 1e12:.5f}" for k, v in m["matmul_flops"].items())
-    efficiency = min(1.0, m["step_flops"] / m["matmul_flops"][m["compute"]])
+    curves = "\n".join(f"  {k}: {json.dumps(v)}" for k, v in m["gemm_efficiency"].items())
     return f"""# This host ({m["device"]}), as `python -m runner mode=calibrate` measured it on
-# {time.strftime("%Y-%m-%d")}, on the profile {base}. Use it with hardware=calibrated.
+# {time.strftime("%Y-%m-%d")}, on the profile {base}, at {m["threads"]} thread(s) a rank.
+# Use it with hardware=calibrated.
 defaults:
   - {base}
   - _self_
 
-peak_tflops:  # the best square matmul at each precision
+peak_tflops:  # the best square product at each precision
 {peaks}
-compute_efficiency: {efficiency:.4f}  # a plain training step's FLOP/s / its precision's peak
+gemm_efficiency:  # [n, share of peak] of n x n x n products
+{curves}
+memory_bandwidth_gbs: {m["memory_bandwidth_bytes_s"] / 1e9:.2f}  # a large copy, read and written
+compute_efficiency: {m["products_share"]:.4f}  # the plain step's time in matrix products
 step_overhead_s: {m["step_overhead_s"]:.5f}  # the runner's step less a plain PyTorch loop's
 """ + (link_yaml(m) if "p2p" in m else "")
 

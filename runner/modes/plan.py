@@ -32,6 +32,8 @@ def figures(cfg: DictConfig, job: Job) -> dict[str, Any]:
     memory = job.hardware.memory_gib or host_memory_gib()
     out["memory_per_device_gib"] = memory
     out["fits"] = out["mem_per_device_gib"]["total"] <= memory
+    if not out["fits"]:  # the step cannot run at all: memory bounds it before time does
+        out["bound"] = "memory"
     return out
 
 
@@ -48,7 +50,9 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          f" activations {mem['activations']:,.2f}"),
         ("bytes / step / rank", ", ".join(f"{d} {_bytes(comm[d])}" for d in ("dp", "tp", "pp"))),
         ("bubble", f"{out['bubble_fraction']:.3f}"),
-        ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%})"),
+        ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%}): "
+         + _shares(out["time_by_part_s"], out["step_time_s"])),
+        ("bound by", out["bound"]),
         ("throughput", f"{out['tokens_per_s']:,.0f} tokens/s, MFU {out['mfu']:.1%}"),
         ("duration", f"{out['hours']:,.1f} h"),
         ("energy", f"{out['energy_kwh']:,.0f} kWh"),
@@ -58,6 +62,10 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          f", ${snap['expected_lost_cost_usd']:,.0f})"),
     ]  # fmt: skip
     return "\n".join(f"{name:>20}  {value}" for name, value in rows)
+
+
+def _shares(parts: Mapping[str, float], total: float) -> str:
+    return ", ".join(f"{k} {v / total:.0%}" for k, v in parts.items() if v > 0)
 
 
 def _parts(by_component: Mapping[str, int]) -> str:
@@ -75,14 +83,18 @@ def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
     from runner.cluster import world_size
-    from runner.tracking import flat_metrics, recorded_run
 
     out = figures(cfg, job)
+    # The answer first, then the record: opening the store (importing MLflow, its database) costs
+    # more than the arithmetic.
+    print(table(cfg, out), flush=True)
+    if cfg.plan.json:
+        print(json.dumps(out), flush=True)
+    from runner.tracking import flat_metrics, recorded_run
+
     with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:
         record.log_metrics(flat_metrics(out))
         record.client.set_tag(record.run_id, "fits", "yes" if out["fits"] else "no")
+        record.client.set_tag(record.run_id, "bound", out["bound"])
         record.client.log_dict(record.run_id, out, "plan.json")
-    print(table(cfg, out))
-    if cfg.plan.json:
-        print(json.dumps(out))
     return out

@@ -15,6 +15,7 @@ from runner.layouts.traffic import ring_allreduce_bytes
 from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share, tier
 from runner.planner.memory import memory_per_device_gib
+from runner.planner.scatter_gather import scatter_gather
 from runner.planner.timing import model_flops_per_step, step_time
 from runner.precision import precision_of
 
@@ -56,16 +57,19 @@ def predict(job: Job) -> dict[str, float]:
 def plan(job: Job) -> dict[str, Any]:
     """Everything mode=plan reports for one job (the model's sizes: runner/modes/plan.py)."""
     mesh, settings, hw = job.mesh, job.plan, job.hardware
-    moved = traffic(job)
+    moved = scatter_gather(job, traffic(job)) if settings.scatter_gather else traffic(job)
     time = step_time(job, moved)
     tokens_per_s = job.batch_size / time.total_s * job.tokens_per_sample
     hours = duration_hours(settings, tokens_per_s, job.trainer.max_steps * time.total_s)
     energy = energy_kwh(hw, mesh.world, hours * 3600)
     return {
         "world_size": mesh.world,
-        "mem_per_device_gib": memory_per_device_gib(job, settings.recompute),
+        "mem_per_device_gib": memory_per_device_gib(job),
         "comm_bytes_per_step": {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
         "comm_time_s": {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        "comm_hidden_s": {d: time.hidden_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        "time_by_part_s": time.parts,
+        "bound": time.bound,
         "bubble_fraction": pipeline_bubble(job),
         "step_time_s": time.total_s,
         "idle_fraction": time.idle_fraction,

@@ -31,6 +31,8 @@ from runner.compat.process_group import set_default_timeout
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.mesh import mesh_of
+from runner.models.recompute import recompute
+from runner.models.registry import spec_for
 from runner.planner.failures import priced
 from runner.snapshots import Snapshots
 from runner.threads import this_rank_threads
@@ -183,6 +185,11 @@ def end_on_sigterm(trainer: pl.Trainer) -> None:
 
 def build_model(cfg: DictConfig) -> torch.nn.Module:
     model = instantiate(cfg.model, _convert_="all")
+    # Before any layout takes the model: DDP, DTensor's splits and pipeline stages all run these
+    # very units. A model of the user's (no spec) is left as it is.
+    spec = spec_for(cfg.model)
+    if spec is not None:
+        recompute(spec.recompute_units(model), cfg.trainer.recompute)
     if cfg.trainer.tf32:  # checked: a GPU with TF32 tensor cores
         torch.set_float32_matmul_precision("high")
     if cfg.trainer.compile:  # in place: the state dict keeps its keys, snapshots stay as they are

@@ -10,18 +10,23 @@ from runner.layouts.traffic import Traffic
 from runner.precision import PARAM_BYTES
 
 
-def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
-    """DDP's all-reduce calls a step. Gradients fill buckets in reverse module order (about the
-    order backward makes them), and a bucket closes at the first tensor that takes it to its
-    limit (torch's _compute_bucket_assignment_by_size): by default 1 MiB for the first bucket and
-    25 MiB after it; a size that is set, for every bucket. A tensor over the limit is a bucket."""
+def buckets(tensor_bytes: list[int], cap_mb: float | None) -> list[int]:
+    """DDP's buckets' bytes, one all-reduce each, in the order it starts them. Gradients fill
+    buckets in reverse module order (about the order backward makes them), and a bucket closes at
+    the first tensor that takes it to its limit (torch's _compute_bucket_assignment_by_size): by
+    default 1 MiB for the first bucket and 25 MiB after it; a size that is set, for every bucket.
+    A tensor over the limit is a bucket."""
     limits = [cap_mb * 2**20] if cap_mb is not None else [2**20, 25 * 2**20]
-    closed, filled = 0, 0
+    out, filled = [], 0
     for size in reversed(tensor_bytes):
         filled += size
-        if filled >= limits[min(closed, len(limits) - 1)]:
-            closed, filled = closed + 1, 0
-    return closed + bool(filled)
+        if filled >= limits[min(len(out), len(limits) - 1)]:
+            out, filled = [*out, filled], 0
+    return out + [filled] if filled else out
+
+
+def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
+    return len(buckets(tensor_bytes, cap_mb))
 
 
 def traffic(job: Job) -> Traffic:
@@ -30,9 +35,11 @@ def traffic(job: Job) -> Traffic:
         return Traffic()
     last = len(stages) - 1
     per_stage = [
-        job.spec.stage_tensors(job.model, s, i in (0, last), mesh.tp) for i, s in enumerate(stages)
+        job.spec.stage_tensors(job.model, s, i in (0, last), mesh.tp, job.vocab_tp)
+        for i, s in enumerate(stages)
     ]
     payload = sum(sum(t) for t in per_stage) * elem / mesh.pp  # every gradient a rank holds, once
     cap = job.parallel.bucket_cap_mb
-    calls = fmean(bucket_count([n * elem for n in t], cap) for t in per_stage)
-    return Traffic({"dp": payload}, {"dp": calls})
+    per_bucket = [buckets([n * elem for n in t], cap) for t in per_stage]
+    calls = fmean(len(b) for b in per_bucket)
+    return Traffic({"dp": payload}, {"dp": calls}, {"dp": fmean(b[-1] for b in per_bucket)})

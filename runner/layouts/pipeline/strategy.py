@@ -6,10 +6,15 @@ dimension, and wrapped in DDP over its dp dimension, where those have more than 
 builds the schedule over the pp dimension; each training step is then one `schedule.step` over the
 micro-batches and one optimizer step. The LightningModule stays as it is: the strategy switches it
 to manual optimization and runs the step itself.
+
+With one stage (parallel.pp=1, parallel.microbatches > 1) this is gradient accumulation: the
+schedule runs forward and backward per micro-batch, scales the summed gradients by 1/m, and a
+DDP-wrapped stage all-reduces on the last micro-batch's backward only (no_sync on the others).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -17,6 +22,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
+from torch.distributed.tensor import DTensor
 
 from runner import clock
 from runner.autocast import ACTIVATIONS
@@ -35,6 +41,7 @@ from runner.layouts.pipeline.stages import (
 )
 from runner.layouts.probes import Schedule, Transfer
 from runner.layouts.tensor.strategy import MeshStrategy
+from runner.losses import on_shards
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
@@ -53,9 +60,13 @@ class PipelineStrategy(MeshStrategy):
         virtual: int,
         microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
         activations: torch.dtype,  # what autocast computes in: what stages send each other
+        vocab_parallel: bool = False,  # parallel.vocab_parallel: the model's spec splits it
         **kw: Any,
     ):
-        super().__init__(parallelize=spec.parallelize, **kw)
+        super().__init__(parallelize=partial(spec.parallelize, vocab_parallel=vocab_parallel), **kw)
+        # The last stage's logits are split over the vocabulary: the schedule's loss and its
+        # backward run under loss_parallel (runner/losses.py). Harmless for a model without one.
+        self.sharded_loss = vocab_parallel and self.shape.tp > 1
         self.spec = spec
         self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
         self.layers, self.virtual, self.activations = layers, virtual, activations
@@ -86,10 +97,12 @@ class PipelineStrategy(MeshStrategy):
             self.stages if multi else self.stages[0],
             n_microbatches=self.microbatches,
             loss_fn=module.loss_fn,
+            scale_grads=False,  # scaled here, over what the optimizer steps (_mean_of_microbatches)
         )
         self.first, self.last = 0 in self.stage_ids, n_stages - 1 in self.stage_ids
         self.last_pp = (n_stages - 1) % pp  # the pp index of the rank holding the last stage
-        self.tied = self._tied_group() if self.spec.tied_ends else None
+        # One stage (gradient accumulation) holds the tied weight once: nothing to sum.
+        self.tied = self._tied_group() if self.spec.tied_ends and n_stages > 1 else None
 
     def _stage(self, full: nn.Module, part: nn.Module, index: int) -> PipelineStage:
         """One stage over the pp dimension, its inputs' and outputs' shapes given up front."""
@@ -124,30 +137,51 @@ class PipelineStrategy(MeshStrategy):
         losses: list[torch.Tensor] = []
         args = (x,) if self.first else ()
         kwargs = {"target": y, "losses": losses} if self.last else {}
-        (self.schedule.step if train else self.schedule.eval)(*args, **kwargs)
+        # Only the losses are wanted: kept, every micro-batch's output (the decoder's logits)
+        # and their concatenation would hold twice the whole batch's output to the step's end.
+        kwargs["return_outputs"] = False
+        with on_shards(self.sharded_loss):
+            (self.schedule.step if train else self.schedule.eval)(*args, **kwargs)
         return torch.stack(losses).mean() if losses else torch.zeros((), device=self.root_device)
+
+    def _mean_of_microbatches(self, optimizer: Any) -> None:
+        """The schedule sums the micro-batches' gradients; the batch's is their mean. Not the
+        schedule's own scaling: it walks the stage's module, which, wrapped in DDP over tensor-
+        parallel shards, lists none of the shards (runner/compat/ddp_dtensor.py), so their
+        gradients stayed m times too large (hidden by AdamW, which ignores a gradient's scale)."""
+        if self.microbatches == 1:
+            return
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    param.grad.div_(self.microbatches)
 
     def _sync_tied_embedding(self) -> list[Transfer]:
         if self.tied is None:
             return []
         part = self.lightning_module.model[0 if self.first else -1]
         start = clock.stamp()
-        dist.all_reduce(self.spec.tied_weight(part).grad, group=self.tied)
+        grad = self.held(self.spec.tied_weight(part)).grad
+        # Split over the vocabulary, each tp rank sums its own rows' shard with its peer's.
+        dist.all_reduce(grad.to_local() if isinstance(grad, DTensor) else grad, group=self.tied)
         return [Transfer("", "all-reduce", start, clock.stamp())]
 
-    def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, Transfer]:
+    def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, list[Transfer]]:
         """Only the last stage computes the loss; every rank gets it (rank 0 logs it)."""
+        if self.shape.pp == 1:  # one stage (gradient accumulation): every rank computed it
+            return loss, []
         start = clock.stamp()
         c = self.coords
         src = self.shape.rank(self.last_pp, c["dp"], c["tp"])
         dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
-        return loss, Transfer("", "all-reduce", start, clock.stamp())
+        return loss, [Transfer("", "all-reduce", start, clock.stamp())]
 
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         optimizer = self.lightning_module.optimizers()  # Lightning's wrapper counts the step
         optimizer.zero_grad()
         start = clock.stamp()
         loss = self._run_schedule(args[0], train=True)
+        self._mean_of_microbatches(optimizer)
         syncs = self._sync_tied_embedding()
         window_end = clock.stamp()
         optimizer.step()
@@ -158,7 +192,7 @@ class PipelineStrategy(MeshStrategy):
             (start, window_end),
             (window_end, optimizer_end),
             actions,
-            [*syncs, broadcast],
+            [*syncs, *broadcast],
             sent,
             sends,
         )
@@ -183,6 +217,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         p.virtual_stages,
         (microbatch, cfg.data.get("seq_len", 0)),
         ACTIVATIONS[cfg.trainer.precision],
+        p.vocab_parallel,
         shape=mesh,
         bucket_cap_mb=p.bucket_cap_mb,
         process_group_backend=backend(cfg),

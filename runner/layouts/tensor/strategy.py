@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import torch.distributed as dist
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
@@ -21,6 +23,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from runner.compat.ddp_dtensor import localized_shards
+from runner.launch import bind_gloo_to_loopback
 from runner.layouts import backend, timeout
 from runner.layouts.data.probe import hook_buckets
 from runner.layouts.probes import Transfer
@@ -48,13 +51,32 @@ class MeshStrategy(DDPStrategy):
         # (owner module, attribute, local shard) of every tensor-parallel parameter that DDP
         # turned into a plain local tensor: snapshots show them as DTensors (runner.snapshots).
         self.localized: list[tuple[nn.Module, str, nn.Parameter]] = []
+        self.own_group = False  # the process group of one process, made here (setup_distributed)
 
     @property
     def coords(self) -> dict[str, int]:
         return self.shape.coords(self.global_rank)
 
+    def _configure_launcher(self) -> None:
+        if self.shape.world > 1:
+            super()._configure_launcher()
+        # One process (micro-batches on one device): nothing to launch, and Lightning's launcher
+        # would set MASTER_ADDR, WORLD_SIZE, ... in this process, for every later run in it.
+
     def setup_distributed(self) -> None:
-        super().setup_distributed()
+        if self.shape.world == 1 and not dist.is_initialized():
+            # A process group of one, its store in this process: no port, no address. Gloo
+            # still binds a device: to loopback.
+            bind_gloo_to_loopback()
+            dist.init_process_group(
+                self._get_process_group_backend(),
+                store=dist.HashStore(),
+                rank=0,
+                world_size=1,
+                timeout=self._timeout,
+            )
+            self.own_group = True
+        super().setup_distributed()  # Lightning's ranks; its process group exists by now
         self.device_mesh = init_device_mesh(
             self.root_device.type, self.shape.shape, mesh_dim_names=DIMS
         )
@@ -84,6 +106,14 @@ class MeshStrategy(DDPStrategy):
             self.localized.append((module.get_submodule(owner), attr, param))
         return replica
 
+    def held(self, weight: Any) -> Any:
+        """The parameter the optimizer steps for a module's weight: under DDP over tensor-parallel
+        shards, the local tensor DDP keeps in the DTensor's place (its gradient is there)."""
+        for owner, attr, local in self.localized:
+            if getattr(owner, attr, None) is weight:
+                return local
+        return weight
+
     def install_probes(self, record: Callable[[Transfer], None]) -> None:
         """Every replica's gradient buckets (DDP over the dp dimension), and every collective
         DTensor runs for the split layers."""
@@ -105,12 +135,16 @@ class MeshStrategy(DDPStrategy):
             # the step's own error is the one the user must see.
             if failing is None:
                 raise
+        finally:
+            if self.own_group:  # a later run in this process starts without one
+                dist.destroy_process_group()
+                self.own_group = False
 
 
 def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
     return MeshStrategy(
         mesh,
-        spec_for(cfg.model).parallelize,
+        partial(spec_for(cfg.model).parallelize, vocab_parallel=cfg.parallel.vocab_parallel),
         cfg.parallel.bucket_cap_mb,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),

@@ -73,6 +73,15 @@ class Block(nn.Module):
         return self.norm2(x + self.ffn(x))
 
 
+class TiedOutput(nn.Module):
+    """The output layer: logits through the embedding matrix, handed in at each call. It holds no
+    weight of its own, so the tie stays one parameter; a module of its own so that tensor
+    parallelism can prepare its inputs (runner/models/decoder/parallelize.py)."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return x @ weight.T
+
+
 class Decoder(nn.Module):
     def __init__(
         self,
@@ -89,6 +98,7 @@ class Decoder(nn.Module):
         self.register_buffer("pos", sinusoidal_positions(context_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        self.head = TiedOutput()
         # Tied output layer: with std d^-1/2, logits start near unit scale (Vaswani et al.).
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)
 
@@ -98,4 +108,4 @@ class Decoder(nn.Module):
         x = self.dropout(x)
         for block in self.blocks:
             x = block(x)
-        return x @ self.embed.weight.T  # logits, (batch, time, vocab)
+        return self.head(x, self.embed.weight)  # logits, (batch, time, vocab)

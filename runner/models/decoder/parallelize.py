@@ -9,7 +9,17 @@ the FFN's first layer by columns, its second by rows. A row-parallel layer's par
 summed by one all-reduce in forward; the block's input gradient by one all-reduce in backward (the
 three column-parallel projections share one input, so it is made a replicated DTensor once, at the
 attention's entry): 2 all-reduces of b*s*h forward and 2 backward per block and micro-batch.
-Embeddings and norms stay whole: their inputs and gradients are the same on every rank.
+Norms stay whole: their inputs and gradients are the same on every rank.
+
+Vocabulary parallelism (`parallel.vocab_parallel`, Megatron-LM's): the embedding matrix is split
+by rows, vocab/tp each. The embedding looks up the rows a rank holds (the others masked to zero)
+and one all-reduce of b*s*h sums them in forward (RowwiseParallel on nn.Embedding). The tied output
+layer multiplies a replicated input by the same Shard(0) weight: logits sharded on the vocabulary
+(Shard(-1)), no collective in forward; in backward its input gradient is partial on every rank and
+one all-reduce of b*s*h sums it. Cross-entropy then runs on the sharded logits (torch's
+loss_parallel, runner/losses.py): three all-reduces of b*s in forward (the max, the sum of
+exponentials, the target's logit), none in backward. Without it the embedding stays whole on
+every rank, and every rank computes all the logits.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import math
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate
+from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -37,6 +47,7 @@ class DecoderStage(nn.Module):
         super().__init__()
         self.first, self.last, self.d_model = first, last, model.d_model
         self.embed = model.embed if first or last else None  # tied: the last stage's output layer
+        self.head = model.head if last else None
         if first:
             self.register_buffer("pos", model.pos, persistent=False)
             self.dropout = model.dropout
@@ -47,7 +58,7 @@ class DecoderStage(nn.Module):
             x = self.dropout(self.embed(x) * math.sqrt(self.d_model) + self.pos[: x.shape[1]])
         for block in self.blocks:
             x = block(x)
-        return x @ self.embed.weight.T if self.last else x
+        return self.head(x, self.embed.weight) if self.last else x
 
 
 def stage_example(
@@ -76,8 +87,34 @@ def block_plan() -> dict[str, object]:
     }
 
 
-def parallelize(module: nn.Module, mesh: DeviceMesh) -> nn.Module:
-    """Split every block of `module` (the whole decoder or one stage) over the 1-D mesh."""
+def parallelize(module: nn.Module, mesh: DeviceMesh, vocab_parallel: bool = False) -> nn.Module:
+    """Split every block of `module` (the whole decoder or one stage) over the 1-D mesh, and with
+    `vocab_parallel` its embedding and output layer by vocabulary rows."""
     for block in [m for m in module.modules() if isinstance(m, Block)]:
         parallelize_module(block, mesh, block_plan())
+    if vocab_parallel:
+        split_vocabulary(module, mesh)
     return module
+
+
+def split_vocabulary(module: nn.Module, mesh: DeviceMesh) -> None:
+    """One Shard(0) DTensor weight serves both ends: the embedding's lookup (the token ids are
+    the same on every rank) and the output layer, which takes it as it is and the hidden states
+    as replicated. Both uses add their gradients into that one parameter's shard (under DDP, into
+    its local tensor: runner/compat/ddp_dtensor.py). The logits stay a DTensor, for the loss."""
+    embed, head = getattr(module, "embed", None), getattr(module, "head", None)
+    if embed is not None:
+        parallelize_module(embed, mesh, RowwiseParallel(input_layouts=Replicate()))
+        weight = embed.weight
+        # DTensor's embedding backward has no row-wise rule (torch 2.13): it gives the weight a
+        # Replicate gradient, each rank scattering into all V rows (its inputs are replicated,
+        # so no collective). Kept as the parameter's own rows, it is the shard the optimizer and
+        # the pipeline's tied all-reduce expect; chunking is local. (Under DDP the parameter is
+        # the local shard, and DTensor.from_local's backward chunks the same way.)
+        weight.register_hook(lambda grad: grad.redistribute(placements=weight.placements))
+    if head is not None:
+        layouts = (Replicate(), Shard(0))
+        prepare = PrepareModuleInput(
+            input_layouts=layouts, desired_input_layouts=layouts, use_local_output=False
+        )
+        parallelize_module(head, mesh, prepare)

@@ -8,7 +8,7 @@ from typing import Any
 
 from runner.errors import positive, require
 from runner.models.decoder.config import DecoderConfig
-from runner.models.spec import Activations, Cfg, ModelSpec, matches_data
+from runner.models.spec import Activations, Cfg, Gemm, ModelSpec, matches_data
 
 
 def block_tensors(d: int, tp: int) -> list[int]:
@@ -23,6 +23,13 @@ def block_tensors(d: int, tp: int) -> list[int]:
 
 def block_params(d: int, tp: int) -> int:
     return sum(block_tensors(d, tp))
+
+
+def vocab_rows(m: Cfg, tp: int, vocab_tp: bool) -> int:
+    """The embedding's rows on the busiest tensor-parallel rank: a vocabulary split over the
+    ranks gives each vocab/tp (DTensor's Shard(0), as torch.chunk: the first ranks the larger
+    share when it does not divide)."""
+    return -(-m["vocab_size"] // tp) if vocab_tp else m["vocab_size"]
 
 
 class DecoderSpec(ModelSpec):
@@ -61,12 +68,14 @@ class DecoderSpec(ModelSpec):
     def layers(self, m: Cfg) -> int:
         return m["n_layers"]
 
-    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
-        embedding = [m["vocab_size"] * m["d_model"]] if ends else []
+    def stage_tensors(
+        self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False
+    ) -> list[int]:
+        embedding = [vocab_rows(m, tp, vocab_tp) * m["d_model"]] if ends else []
         return embedding + [n for _ in layers for n in block_tensors(m["d_model"], tp)]
 
-    def largest_layer_params(self, m: Cfg, tp: int) -> int:
-        return max(block_params(m["d_model"], tp), m["vocab_size"] * m["d_model"])
+    def largest_layer_params(self, m: Cfg, tp: int, vocab_tp: bool = False) -> int:
+        return max(block_params(m["d_model"], tp), vocab_rows(m, tp, vocab_tp) * m["d_model"])
 
     def tokens_per_sample(self, data: Cfg) -> int:
         return data["seq_len"]
@@ -85,15 +94,45 @@ class DecoderSpec(ModelSpec):
         return [len(s) * block / tp + head * (i == last) for i, s in enumerate(stages)]
 
     def activation_bytes(self, m: Cfg, held: Activations) -> float:
-        """Korthikanti et al. (2022) without recomputation: s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
-        per layer at 16 bits, plus the fp32 logits; with full recomputation, each layer's input
-        (s*b*h values) and one layer's whole set at a time."""
+        """Korthikanti et al. (2022): without recomputation s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
+        per layer at 16 bits, plus the fp32 logits. Selective recomputation drops the attention's
+        5*a*s/(h*t) (its scores, softmax and dropout mask, which the math attention saves: the
+        flash kernel saves none, and the suite measures the default decoder, dropout 0.1, whose
+        attention on a CPU is the math one). Full: each layer's input (s*b*h values of the
+        residual stream, fp32 under autocast) and one layer's whole set at a time, in backward."""
         s, b, h, a, t = held.seq_len, held.micro, m["d_model"], m["n_heads"], held.tp
-        per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * held.elem / 2
-        logits = s * b * m["vocab_size"] * 4  # fp32 for the loss, on the last stage
-        if held.recompute:
-            return held.in_flight * held.layers * s * b * h * held.elem + per_layer + logits
-        return held.in_flight * (held.layers * per_layer) + logits
+
+        def per_layer(attention: bool) -> float:
+            scores = 5 * a * s / (h * t) if attention else 0
+            return s * b * h * (10 + 24 / t + scores) * held.elem / 2
+
+        # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
+        logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4
+        if held.recompute == "full":
+            block_input = s * b * h * self.between_layers_bytes(held.elem)
+            return held.in_flight * held.layers * block_input + per_layer(True) + logits
+        return held.in_flight * held.layers * per_layer(held.recompute == "none") + logits
+
+    def stage_gemms(
+        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool
+    ) -> list[Gemm]:
+        """Per block: Q, K, V and the FFN's first layer split by columns, the attention's output
+        and the FFN's second by rows; the attention scores and their weighting of V, one product
+        per sample and head of this rank's share. The tied output layer on the last stage."""
+        d, s, heads = m["d_model"], data["seq_len"], m["n_heads"]
+        tokens, per_head = micro * s, micro * heads // tp
+        block = [
+            Gemm(tokens, d // tp, d, count=3),  # Q, K, V
+            Gemm(tokens, d, d // tp),  # output projection
+            Gemm(tokens, 4 * d // tp, d),  # up
+            Gemm(tokens, d, 4 * d // tp),  # down
+            Gemm(s, s, d // heads, count=per_head),  # Q K^T
+            Gemm(s, d // heads, s, count=per_head),  # softmax(.) V
+        ]
+        out = [g for _ in layers for g in block]
+        if last:
+            out.append(Gemm(tokens, vocab_rows(m, tp, vocab_tp), d, recomputed=False))
+        return out
 
     def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
         return [data["seq_len"] * m["d_model"] for _ in stages[1:]]
@@ -126,13 +165,38 @@ class DecoderSpec(ModelSpec):
         layers = m["n_layers"]
         return 4 * samples * data["seq_len"] * m["d_model"] * layers, 4 * layers * microbatches
 
+    def vocab_tp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+    ) -> tuple[float, float]:
+        """Per micro-batch of b samples, all fp32 (the embedding runs outside autocast; the
+        output layer's input gradient flows back into the fp32 residual stream; the loss's logits
+        are fp32): the embedding's forward all-reduce (b*s*h), the output layer's backward one of
+        its input gradient (b*s*h), and loss_parallel's three in forward (b*s each: the max, the
+        sum of exponentials, the target's logit; none in backward). Measured with the tensor
+        probe (runner/layouts/tensor/probe.py)."""
+        tokens = samples * data["seq_len"]
+        return tokens * (2 * m["d_model"] + 3), 5 * microbatches
+
+    def tp_recompute_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int, mode: str
+    ) -> tuple[float, float]:
+        """Full recomputation re-runs each block's forward: its 2 all-reduces of b*s*h again
+        (Megatron's count); selective saves their outputs and runs none."""
+        if mode != "full":
+            return 0.0, 0.0
+        layers = m["n_layers"]
+        return 2 * samples * data["seq_len"] * m["d_model"] * layers, 2 * layers * microbatches
+
     def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
         return 6 * m["n_layers"]  # Q, K, V, output; the FFN's two
 
-    def parallelize(self, module: Any, tp_mesh: Any) -> Any:
+    def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
         from runner.models.decoder.parallelize import parallelize
 
-        return parallelize(module, tp_mesh)
+        return parallelize(module, tp_mesh, vocab_parallel)
+
+    def recompute_units(self, model: Any) -> list[Any]:
+        return list(model.blocks)
 
 
 SPEC = DecoderSpec(name="decoder", config=DecoderConfig)

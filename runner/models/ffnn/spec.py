@@ -9,7 +9,7 @@ from typing import Any
 from runner.choices import ACTIVATIONS
 from runner.errors import one_of, positive, require
 from runner.models.ffnn.config import FFNNConfig
-from runner.models.spec import Activations, Cfg, ModelSpec, matches_data
+from runner.models.spec import Activations, Cfg, Gemm, ModelSpec, matches_data
 
 
 def widths(m: Cfg) -> list[int]:
@@ -46,7 +46,9 @@ class FFNNSpec(ModelSpec):
     def layers(self, m: Cfg) -> int:
         return len(m["hidden"]) + 1
 
-    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
+    def stage_tensors(
+        self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False
+    ) -> list[int]:
         """Each Linear's weight and bias on one rank: a column layer holds 1/tp of both, a row
         layer 1/tp of its weight and all its bias."""
         w = widths(m)
@@ -61,7 +63,7 @@ class FFNNSpec(ModelSpec):
 
         return [n for i in layers for n in linear(i)]
 
-    def largest_layer_params(self, m: Cfg, tp: int) -> int:
+    def largest_layer_params(self, m: Cfg, tp: int, vocab_tp: bool = False) -> int:
         w = widths(m)
         return max(linear_params(w, i) for i in range(len(w) - 1))
 
@@ -74,7 +76,26 @@ class FFNNSpec(ModelSpec):
         return out
 
     def activation_bytes(self, m: Cfg, held: Activations) -> float:
-        return held.in_flight * 2 * held.micro * sum(widths(m)) * held.elem  # each layer's in, out
+        """Each Linear saves its input, the activation before it its output: the same tensor, so
+        one value per width (the last: the loss's log-probabilities). Full recomputation keeps
+        each Linear's input: the same, nothing saved. Selective keeps each Linear's output too
+        (a matrix product's), besides the input its unit keeps."""
+        w = widths(m)
+        kept = sum(w) + (sum(w[1:]) if held.recompute == "selective" else 0)
+        return held.in_flight * held.micro * kept * held.elem
+
+    def stage_gemms(
+        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool
+    ) -> list[Gemm]:
+        """Each Linear layer of the stage; a column/row pair's split by the tensor ranks."""
+        w, pairs = widths(m), column_row_pairs(layers) if tp > 1 else []
+        column, row = {c for c, _ in pairs}, {r for _, r in pairs}
+
+        def linear(i: int) -> Gemm:
+            out, into = w[i + 1] // (tp if i in column else 1), w[i] // (tp if i in row else 1)
+            return Gemm(micro, out, into)
+
+        return [linear(i) for i in layers]
 
     def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
         return [widths(m)[s.start] for s in stages[1:]]
@@ -117,10 +138,18 @@ class FFNNSpec(ModelSpec):
 
         return stage_example(model, layers, first, microbatch)
 
-    def parallelize(self, module: Any, tp_mesh: Any) -> Any:
+    def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
         from runner.models.plans import split_linear_pairs
 
         return split_linear_pairs(module, tp_mesh)
+
+    def recompute_units(self, model: Any) -> list[Any]:
+        """Each Linear's forward. A row-parallel layer all-reduces its output in DTensor's output
+        hook, outside the forward that recomputation re-runs, and nothing re-run needs the sum:
+        no collective runs again (the base's tp_recompute_traffic)."""
+        from torch import nn
+
+        return [layer for layer in model.layers if isinstance(layer, nn.Linear)]
 
 
 SPEC = FFNNSpec(name="ffnn", config=FFNNConfig)

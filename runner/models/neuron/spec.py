@@ -5,7 +5,7 @@ from __future__ import annotations
 from runner.choices import ACTIVATIONS
 from runner.errors import one_of, positive
 from runner.models.neuron.config import NeuronConfig
-from runner.models.spec import Cfg, ModelSpec, matches_data
+from runner.models.spec import Cfg, Gemm, ModelSpec, matches_data
 
 
 class NeuronSpec(ModelSpec):
@@ -22,8 +22,15 @@ class NeuronSpec(ModelSpec):
     def params_by_component(self, m: Cfg) -> dict[str, int]:
         return {"ffn": m["n_inputs"] + 1}  # one weight per input and the bias weight
 
-    def stage_tensors(self, m: Cfg, layers: range, ends: bool, tp: int) -> list[int]:
+    def stage_tensors(
+        self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False
+    ) -> list[int]:
         return [m["n_inputs"], 1]  # its weights, its bias
+
+    def stage_gemms(
+        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool
+    ) -> list[Gemm]:
+        return [Gemm(micro, 1, m["n_inputs"])]  # a batch of inputs against one row of weights
 
 
 SPEC = NeuronSpec(name="neuron", config=NeuronConfig)

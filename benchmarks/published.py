@@ -1,0 +1,110 @@
+"""The planner against a published series of large runs: Megatron-LM's GPT models from 1.7 B to
+1 T parameters on up to 3,072 A100s (Narayanan et al. 2021, "Efficient Large-Scale Language
+Model Training on GPU Clusters Using Megatron-LM", Table 1: NVIDIA Selene, DGX A100 nodes with 8
+x 200 Gb/s InfiniBand; bf16 mixed precision, activation recomputation, sequence 2,048, vocabulary
+51,200; the scatter/gather between stages on).
+
+Each row is planned as published (its tensor, pipeline and data-parallel sizes, its global batch)
+on the dgx_a100 profile, with micro-batches of one sample (an assumption: the table gives none)
+and the plain 1F1B schedule. The paper's figure is teraFLOP/s per GPU counted by its equation
+(3), which includes the recomputed forward: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs a step; the
+planner's step time gives the same count's rate. Prints a Markdown table (docs/planner.md keeps
+it) and the median and largest |error|.
+Usage: .venv/bin/python -m benchmarks.published
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median
+
+from benchmarks.plain_loop import config
+from runner.job import resolve_job
+from runner.planner import plan
+from runner.validate import validate
+
+SEQ, VOCAB = 2048, 51200
+
+
+@dataclass(frozen=True)
+class Row:
+    params_b: float
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    gpus: int
+    batch: int
+    tflops: float  # achieved teraFLOP/s per GPU, as published
+
+
+TABLE_1 = [
+    Row(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    Row(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    Row(7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    Row(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    Row(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    Row(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    Row(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    Row(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    Row(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    Row(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+
+
+def overrides(row: Row) -> list[str]:
+    dp = row.gpus // (row.tp * row.pp)
+    return [
+        "mode=plan", "model=decoder", "hardware=dgx_a100", f"hardware.nodes={row.gpus // 8}",
+        f"model.d_model={row.hidden}", f"model.n_heads={row.heads}", f"model.n_layers={row.layers}",
+        f"model.context_len={SEQ}", f"data.vocab_size={VOCAB}", f"data.batch_size={row.batch}",
+        f"parallel.tp={row.tp}", f"parallel.pp={row.pp}", f"parallel.dp={dp}",
+        f"parallel.microbatches={row.batch // dp}", "trainer.precision=bf16-mixed",
+        "trainer.recompute=full", "plan.scatter_gather=true",
+    ]  # fmt: skip
+
+
+def planned(row: Row) -> dict:
+    cfg = config(overrides(row))
+    validate(cfg)
+    return plan(resolve_job(cfg))
+
+
+def equation_3_flops(row: Row) -> float:
+    """Megatron-LM's FLOPs per step, the recomputed forward included."""
+    b, s, layers, h = row.batch, SEQ, row.layers, row.hidden
+    return 96 * b * s * layers * h**2 * (1 + s / (6 * h) + VOCAB / (16 * layers * h))
+
+
+def compare(row: Row) -> dict[str, float]:
+    out = planned(row)
+    tflops = equation_3_flops(row) / out["step_time_s"] / row.gpus / 1e12
+    return {"tflops": tflops, "error": tflops / row.tflops - 1, "mfu": out["mfu"]}
+
+
+def table(rows: list[Row]) -> tuple[str, list[float]]:
+    lines = [
+        "| params (B) | t | p | GPUs | batch | published TFLOP/s | planned | error | planned MFU |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    errors = []
+    for row in rows:
+        c = compare(row)
+        errors.append(c["error"])
+        lines.append(
+            f"| {row.params_b:,.1f} | {row.tp} | {row.pp} | {row.gpus:,} | {row.batch:,} | "
+            f"{row.tflops:.0f} | {c['tflops']:.0f} | {c['error']:+.1%} | {c['mfu']:.1%} |"
+        )
+    return "\n".join(lines), errors
+
+
+def main() -> None:
+    text, errors = table(TABLE_1)
+    print(text)
+    absolute = [abs(e) for e in errors]
+    print(f"median |error| {median(absolute):.1%}, largest {max(absolute):.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The planner at scale: matrix products priced by their shape, data-parallel all-reduce hidden
+behind backward, the scatter/gather between stages, what bounds a step, and a published series of
+large runs (Megatron-LM's Table 1) reproduced with its trend."""
+
+from statistics import median
+
+import pytest
+from scipy.stats import spearmanr
+
+from benchmarks.published import TABLE_1, compare, equation_3_flops
+from runner import validate
+from runner.job import resolve_job
+from runner.models.spec import Gemm
+from runner.planner import gemm, plan
+from runner.planner.timing import model_flops_per_step
+from tests.conftest import compose_job
+
+CURVE = [[256, 0.1], [1024, 0.5], [4096, 0.9]]
+
+
+def job_of(*overrides: str):  # noqa: ANN201 - a Job
+    cfg, _ = compose_job("mode=plan", *overrides)
+    validate.validate(cfg)
+    return resolve_job(cfg)
+
+
+def test_the_curve_is_read_on_a_log_scale_and_flat_beyond_its_ends() -> None:
+    assert gemm.curve_share(CURVE, 100) == 0.1
+    assert gemm.curve_share(CURVE, 512) == pytest.approx(0.3)  # half way from 256 to 1024
+    assert gemm.curve_share(CURVE, 2048) == pytest.approx(0.7)
+    assert gemm.curve_share(CURVE, 10**6) == 0.9
+    assert gemm.curve_share([], 512) == 1.0  # no points: at peak
+
+
+def test_a_thin_product_runs_at_what_memory_feeds_it() -> None:
+    peak, bandwidth = 100e12, 1e12
+    square = Gemm(4096, 4096, 4096)
+    assert gemm.seconds(square, peak, CURVE, bandwidth, 2) == pytest.approx(
+        square.flops / (0.9 * peak)
+    )
+    # One row against a 4096 x 4096 weight: 2 FLOPs per weight read, 2 bytes each: 1 FLOP/byte.
+    thin = Gemm(1, 4096, 4096)
+    assert gemm.intensity(thin, 2) == pytest.approx(1, rel=1e-3)
+    assert gemm.seconds(thin, peak, CURVE, bandwidth, 2) == pytest.approx(
+        thin.flops / (gemm.intensity(thin, 2) * bandwidth)
+    )
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_the_decoders_products_are_its_flops_less_biases_and_norms(tp: int) -> None:
+    """Forward products three times (forward, input and weight gradients) are the model's
+    FLOPs, but for the biases' and norms' 6 x 13d per layer and token, which are no products."""
+    job = job_of(
+        "model=gpt3_175b", "hardware=h100", f"parallel.tp={tp}", "data.batch_size=2",
+        "parallel.vocab_parallel=true",
+    )  # fmt: skip
+    m, d = job.model, job.model["d_model"]
+    products = job.spec.stage_gemms(m, job.data, range(m["n_layers"]), True, 2, tp, True)
+    tokens = 2 * job.data["seq_len"]
+    non_products = 6 * 13 * d * m["n_layers"] * tokens
+    assert 3 * tp * sum(g.flops for g in products) == pytest.approx(
+        model_flops_per_step(job) - non_products, rel=1e-12
+    )
+
+
+def test_data_parallel_all_reduce_hides_behind_backward_but_its_last_bucket() -> None:
+    base = ["model=gpt3_175b", "hardware=h100_cluster", "parallel.tp=8", "parallel.pp=8"]
+    short = ["parallel.dp=2", "data.batch_size=16", "parallel.microbatches=8", "data.seq_len=32"]
+    out = plan(job_of(*base, *short))  # a backward of 32 tokens hides some of it
+    total = out["comm_time_s"]["dp"] + out["comm_hidden_s"]["dp"]
+    assert 0 < out["comm_time_s"]["dp"] < total
+    # A long backward hides all but the last bucket, whose all-reduce starts when it ends.
+    long = plan(job_of(*base, "parallel.dp=2", "data.batch_size=512", "parallel.microbatches=8"))
+    assert long["comm_time_s"]["dp"] + long["comm_hidden_s"]["dp"] == pytest.approx(total)
+    assert long["comm_time_s"]["dp"] < out["comm_time_s"]["dp"]
+    # What is left is the last bucket (a mean over stages): a stage's first weight, at least
+    # 1/tp of a d x d projection, at most the first stage's 1/tp of the embedding, in fp32, at
+    # the InfiniBand link's 50 GB/s x 0.8 (a ring of 2 puts 2(n-1)/n = 1 of it on the wire).
+    bucket_s = long["comm_time_s"]["dp"] - 5e-6  # one call's latency
+    assert 12_288**2 / 8 * 4 / 40e9 < bucket_s < 50_000 * 12_288 / 8 * 4 / 40e9
+
+
+def test_scatter_gather_sends_one_tp_th_between_stages_and_gathers_over_tp() -> None:
+    base = [
+        "model=gpt3_175b", "hardware=h100_cluster", "parallel.tp=8", "parallel.pp=8",
+        "parallel.dp=2", "data.batch_size=512", "parallel.microbatches=64",
+    ]  # fmt: skip
+    whole, split = plan(job_of(*base)), plan(job_of(*base, "plan.scatter_gather=true"))
+    assert split["comm_bytes_per_step"]["pp"] == pytest.approx(
+        whole["comm_bytes_per_step"]["pp"] / 8
+    )
+    gathered = split["comm_bytes_per_step"]["tp"] - whole["comm_bytes_per_step"]["tp"]
+    assert gathered == pytest.approx(whole["comm_bytes_per_step"]["pp"] / 2)  # see the module
+    assert split["comm_time_s"]["pp"] < whole["comm_time_s"]["pp"]
+
+
+def test_the_plan_names_what_bounds_the_step() -> None:
+    base = ["model=gpt3_175b", "hardware=h100_cluster", "trainer.precision=bf16-mixed"]
+    # Tensor parallelism over 2 nodes: every block's all-reduces cross InfiniBand.
+    slow = plan(job_of(*base, "parallel.tp=16", "parallel.pp=8", "parallel.dp=1",
+                       "data.batch_size=8", "parallel.microbatches=8"))  # fmt: skip
+    assert slow["bound"] == "tp link (InfiniBand NDR (ConnectX-7, one per GPU))"
+    assert slow["time_by_part_s"]["tp"] == max(slow["time_by_part_s"].values())
+    one = plan(job_of("hardware=h100"))
+    assert one["bound"] == "compute"
+
+
+def test_megatrons_table_1_is_reproduced_within_its_bound() -> None:
+    """Narayanan et al. 2021, Table 1 (benchmarks/published.py, docs/planner.md): teraFLOP/s
+    per GPU from 1.7 B to 1 T parameters, planned on the dgx_a100 profile as published."""
+    errors = [abs(compare(row)["error"]) for row in TABLE_1]
+    assert median(errors) <= 0.10
+    assert max(errors) <= 0.15
+
+
+def test_predicted_mfu_rises_with_model_size_as_large_runs_see() -> None:
+    """The layouts large runs use (8-way tensor parallelism in a node, pipelines across nodes,
+    18 B to 1 T parameters): larger products run closer to peak, so MFU rises with size."""
+    eight_way = [row for row in TABLE_1 if row.tp == 8]
+    mfu = [compare(row)["mfu"] for row in eight_way]
+    assert mfu == sorted(mfu) and mfu[-1] - mfu[0] > 0.05
+    assert spearmanr([r.params_b for r in TABLE_1], [compare(r)["mfu"] for r in TABLE_1])[0] > 0.7
+    assert compare(TABLE_1[-1])["mfu"] > compare(TABLE_1[0])["mfu"]
+
+
+def test_equation_3_counts_four_passes_of_the_model() -> None:
+    """Megatron's count is the model's FLOPs with one more forward (recomputation): 8/6 of
+    6 FLOPs per parameter and token, for the blocks."""
+    row = TABLE_1[-1]
+    per_token = equation_3_flops(row) / (row.batch * 2048)
+    blocks = 12 * row.layers * row.hidden**2
+    assert per_token == pytest.approx(8 * blocks + 16 * row.layers * 2048 * row.hidden
+                                      + 6 * 51200 * row.hidden)  # fmt: skip
