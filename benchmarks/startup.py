@@ -4,6 +4,10 @@
 - `python -m runner mode=plan model=gpt3_175b` on 16 nodes of 8 H100 (on this host's own profile
   GPT-3 is refused at once: not one layer fits in its memory), with its MLflow store made (the
   first run in a folder also creates the store's tables; printed apart): target < 6 s wall.
+- The same plan's answer: the time until its table's "bound by" row is printed (the record in
+  MLflow comes after it): target < 2 s.
+- A plan sweep of 20 GPT-3 layouts (tp 1-8 x pp 1-16): layouts a minute, from the sweep's wall
+  less one plan's: target > 200.
 - A 2-job sweep of 2-process jobs against the time of its training steps (steps x the mean loop
   interval each job logged) plus one interpreter start-up per process (the launcher and 4 ranks;
   a start-up = Python importing torch and Lightning, measured here): target < 1.5.
@@ -35,8 +39,27 @@ PLAN = ["mode=plan", "model=gpt3_175b", "hardware=h100_cluster", "parallel.dp=nu
 PLAN += ["parallel.tp=8", "parallel.pp=8", "parallel.microbatches=64", "data.batch_size=1024"]
 
 
+PLAN_SWEEP = ["-m", *PLAN[:4], "parallel.tp=1,2,4,8", "parallel.pp=1,2,4,8,16"]
+PLAN_SWEEP += ["data.batch_size=1024", "parallel.microbatches=${parallel.pp}"]
+LAYOUTS = 4 * 5
+ANSWERED = "bound by"  # the table's row after the step time: the plan is answered
+
+
 def best_wall(*args: str, cwd: str) -> float:
     return min(timed_runner(*args, cwd=cwd) for _ in range(REPEATS))
+
+
+def answer_s(*args: str, cwd: str) -> float:
+    """Seconds until `python -m runner ARGS` prints the line that holds ANSWERED."""
+    start, seconds = time.perf_counter(), float("inf")
+    with subprocess.Popen(
+        [sys.executable, "-m", "runner", *args], cwd=cwd, stdout=subprocess.PIPE, text=True
+    ) as job:
+        for line in job.stdout:
+            if ANSWERED in line:
+                seconds = time.perf_counter() - start
+        job.wait(timeout=RUN_LIMIT_S)
+    return seconds
 
 
 def interpreter_startup() -> float:
@@ -66,6 +89,8 @@ def main() -> None:
         cfg_job = best_wall("--cfg", "job", cwd=tmp)
         first_plan = timed_runner(*PLAN, cwd=tmp)
         plan = best_wall(*PLAN, cwd=tmp)
+        answer = min(answer_s(*PLAN, cwd=tmp) for _ in range(REPEATS))
+        per_minute = LAYOUTS * 60 / (best_wall(*PLAN_SWEEP, cwd=tmp) - plan)
     with tempfile.TemporaryDirectory() as tmp:
         wall, steps, startup = sweep_ratio(tmp)
     base = steps + PROCESSES * startup
@@ -73,8 +98,12 @@ def main() -> None:
     print(f"mode=plan model=gpt3_175b     {plan:6.2f} s (first in a folder: {first_plan:.2f} s)")
     print(f"2-job sweep of 2 processes    {wall:6.2f} s: training steps {steps:.2f} s + "
           f"{PROCESSES} x start-up {startup:.2f} s = {base:.2f} s")  # fmt: skip
+    print(f"its answer printed after      {answer:6.2f} s")
+    print(f"a plan sweep of {LAYOUTS} layouts   {per_minute:6.0f} layouts a minute")
     print(ratio_line("--cfg job, seconds", cfg_job, "< 2"))
     print(ratio_line("mode=plan model=gpt3_175b, seconds", plan, "< 6"))
+    print(ratio_line("mode=plan's answer, seconds", answer, "< 2"))
+    print(ratio_line("planned layouts a minute", per_minute, "> 200"))
     print(ratio_line("sweep / (steps + start-ups)", wall / base, "< 1.5"))
 
 

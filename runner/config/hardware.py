@@ -31,6 +31,9 @@ class HardwareConfig:
     devices: int | None = None  # processes (one per device) per node; None: what the mesh needs
     nodes: int = 1  # more than 1: start one runner per node with torchrun or SLURM
     threads_per_rank: int | None = None  # None: cores / ranks
+    # A CPU host's cores (None: this host's). Processes beyond them share them, and each one's
+    # software costs (step_overhead_s, tp_layer_overhead_us) stretch by processes / cores.
+    cores: int | None = None
     keep_freed_memory: bool = True  # glibc's malloc keeps a step's freed memory for the next
     memory_gib: float | None = None  # per device; None: read from this host
     # Per device by the key a precision computes at (fp32, tf32, bf16, fp16: runner/precision.py);
@@ -63,6 +66,7 @@ def check_hardware(hw: Any, train: bool) -> None:
     one_of(hw.accelerator, "hardware.accelerator", ACCELERATORS)
     threads = hw.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
+    require(hw.cores is None or hw.cores > 0, "hardware.cores", "must be positive or null")
     require(hw.devices is None or hw.devices > 0, "hardware.devices", "must be positive or null")
     if hw.accelerator == "gpu" and train:
         import torch  # only when a GPU is asked for: the CPU path stays free of heavy imports

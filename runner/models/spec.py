@@ -172,7 +172,7 @@ class ModelSpec:
         again in backward: elements at the forward's precision, and calls."""
         return 0.0, 0.0
 
-    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
+    def split_layer_passes(self, m: Cfg, stages: list[range], vocab_tp: bool = False) -> int:
         """Tensor-parallel layers the whole stack runs forward and backward per micro-batch."""
         return 0
 

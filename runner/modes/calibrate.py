@@ -33,6 +33,7 @@ from torch import nn
 from runner.allocator import keep_freed_memory
 from runner.cluster import free_port
 from runner.job import Job
+from runner.modes.split_step import layer_overhead_s, splits
 from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
 
@@ -151,6 +152,9 @@ def device_of(cfg: DictConfig) -> torch.device:
 
 def _links(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    # As the runner's ranks: the cores shared between the two (measured: with torch's default, a
+    # thread per core in each, DTensor's cost per layer came out 1.8 to 7.2 ms from run to run).
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // 2))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     times: dict[str, list[float]] = {"all_reduce": [], "p2p": []}
     peer = 1 - rank
@@ -225,6 +229,7 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cores} cores",
         "threads": threads,
+        "cores": cores,
         "matmul_flops": {key: peak * scale for key, peak in peaks.items()},
         "gemm_efficiency": curves,
         "memory_bandwidth_bytes_s": bandwidth * scale,
@@ -249,6 +254,7 @@ def link_figures() -> dict[str, Any]:
         "sizes": SIZES,
         "times": {k: v for k, v in links.items() if k != "tp_layer_overhead_s"},
         "tp_layer_overhead_s": links["tp_layer_overhead_s"],
+        "tp_layer_overhead_from": "a tiny Linear pair split over 2 processes",
     }
 
 
@@ -273,15 +279,36 @@ step_overhead_s: {m["step_overhead_s"]:.5f}  # the runner's step less a plain Py
 """ + (link_yaml(m) if "p2p" in m else "")
 
 
+def link(m: Mapping[str, Any]) -> dict[str, float]:
+    """The loopback link as a profile gives it: the slower of all-reduce and P2P."""
+    return {
+        "bandwidth_gbs": min(m["all_reduce"]["bandwidth_bytes_s"], m["p2p"]["bandwidth_bytes_s"])
+        / 1e9,
+        "latency_us": max(m["all_reduce"]["latency_s"], m["p2p"]["latency_s"]) * 1e6,
+        "efficiency": 1.0,
+    }
+
+
+def profile(m: Mapping[str, Any]) -> dict[str, Any]:
+    """The measured figures, as the planner reads a profile's (a CPU's link included)."""
+    out = {
+        "peak_tflops": {k: v / 1e12 for k, v in m["matmul_flops"].items()},
+        "gemm_efficiency": m["gemm_efficiency"],
+        "memory_bandwidth_gbs": m["memory_bandwidth_bytes_s"] / 1e9,
+        "compute_efficiency": m["products_share"],
+        "step_overhead_s": m["step_overhead_s"],
+    }
+    return out | ({"cores": m["cores"], "intra_node": link(m)} if "p2p" in m else {})
+
+
 def link_yaml(m: Mapping[str, Any]) -> str:
-    bandwidth = min(m["all_reduce"]["bandwidth_bytes_s"], m["p2p"]["bandwidth_bytes_s"]) / 1e9
-    latency = max(m["all_reduce"]["latency_s"], m["p2p"]["latency_s"]) * 1e6
-    overhead_us = m["tp_layer_overhead_s"] * 1e6
-    return f"""tp_layer_overhead_us: {overhead_us:.1f}  # DTensor's dispatch per split layer
+    line, overhead_us = link(m), m["tp_layer_overhead_s"] * 1e6
+    return f"""cores: {m["cores"]}  # its processes share them
+tp_layer_overhead_us: {overhead_us:.1f}  # {m["tp_layer_overhead_from"]}
 intra_node:
   name: gloo over loopback (measured)
-  bandwidth_gbs: {bandwidth:.4f}
-  latency_us: {latency:.1f}
+  bandwidth_gbs: {line["bandwidth_gbs"]:.4f}
+  latency_us: {line["latency_us"]:.1f}
   efficiency: 1.0  # the bandwidth above is what a collective reached
 """
 
@@ -293,6 +320,10 @@ def run(
 
     with recorded_run(cfg, choices, overrides) as record:
         measured = measure(cfg, job)
+        if "p2p" in measured and splits(job):  # a CPU, and a model that splits over 2
+            split = layer_overhead_s(cfg, job, overrides, profile(measured))
+            measured["tp_layer_overhead_s"] = split
+            measured["tp_layer_overhead_from"] = "the model split over 2 processes, over its plan"
         record.log_metrics(flat_metrics({k: v for k, v in measured.items() if k != "times"}))
         record.client.log_dict(record.run_id, measured, "calibration.json")
         base = choices.get("hardware") or "cpu"

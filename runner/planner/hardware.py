@@ -3,6 +3,8 @@ each mesh dimension's traffic crosses."""
 
 from __future__ import annotations
 
+import os
+
 from runner.config import HardwareConfig, LinkConfig
 from runner.mesh import Mesh
 
@@ -15,6 +17,15 @@ def device_share(hw: HardwareConfig) -> int:
 def flops_per_device(hw: HardwareConfig, dtype: str) -> float:
     """FLOP/s a device reaches in a training step's matmuls."""
     return hw.peak_tflops[dtype] * 1e12 * hw.compute_efficiency / device_share(hw)
+
+
+def software_stretch(hw: HardwareConfig) -> float:
+    """How much longer a process's own software work takes where a CPU host's processes
+    outnumber its cores (they take turns on them): processes / cores, at least 1."""
+    if hw.accelerator != "cpu":
+        return 1.0
+    cores = hw.cores or len(os.sched_getaffinity(0))
+    return max(1.0, hw.devices / cores)
 
 
 def power_per_device_w(hw: HardwareConfig) -> float:

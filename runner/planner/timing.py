@@ -1,6 +1,7 @@
 """A step's time from the hardware profile: the busiest rank's matrix products at the speed their
-shapes reach (runner/planner/gemm.py), stretched by the pipeline bubble, plus each dimension's
-communication that compute does not hide, plus the fixed step cost.
+shapes reach (runner/planner/gemm.py), plus the pipeline's fill and drain, plus each
+dimension's communication that compute does not hide, plus the software's fixed costs (stretched
+where a CPU host's processes outnumber its cores).
 
 Compute: every forward product of the rank's stages, three times (forward, the input and the
 weight gradients), four for the blocks under full recomputation, per micro-batch; over the
@@ -17,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runner.job import Job
-from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import Traffic
 from runner.planner import gemm
-from runner.planner.hardware import device_share, tier, transfer_s
+from runner.planner.hardware import device_share, software_stretch, tier, transfer_s
 from runner.precision import precision_of
 
 
@@ -106,22 +106,34 @@ def stage_s(job: Job, index: int, rates: Rates) -> float:
     )
 
 
-def products_s(job: Job, rates: Rates) -> float:
-    """The busiest rank's matrix products in a step: stage s sits on pipeline rank s % pp."""
+def rank_products_s(job: Job, rates: Rates) -> list[float]:
+    """Each pipeline rank's matrix products for one micro-batch: stage s sits on rank s % pp."""
     pp = job.mesh.pp
     per_stage = [stage_s(job, i, rates) for i in range(len(job.stages))]
-    return max(sum(per_stage[r::pp]) for r in range(pp)) * job.microbatches
+    return [sum(per_stage[r::pp]) for r in range(pp)]
 
 
-def compute_s(job: Job) -> float:
-    return products_s(job, Rates.of(job)) / job.hardware.compute_efficiency
+def products_s(job: Job, rates: Rates) -> float:
+    """The busiest rank's matrix products in a step."""
+    return max(rank_products_s(job, rates)) * job.microbatches
+
+
+def compute_s(job: Job) -> tuple[float, float]:
+    """The busiest rank's compute in a step, and the pipeline's fill and drain: the busiest rank
+    waits while the other ranks run a micro-batch each, once (v times faster with v virtual
+    stages a rank). With even stages that is the bubble (p - 1)/(v*m + p - 1) of the step; a
+    lighter stage (the decoder's first, without the output layer) leaves a shorter one."""
+    per_rank = [t / job.hardware.compute_efficiency for t in rank_products_s(job, Rates.of(job))]
+    busiest = max(per_rank)
+    fill_and_drain = (sum(per_rank) - busiest) / job.parallel.virtual_stages
+    return busiest * job.microbatches, fill_and_drain if job.mesh.pp > 1 else 0.0
 
 
 def split_layer_passes(job: Job) -> float:
     """Tensor-parallel layers one rank runs forward and backward in a step (per micro-batch)."""
     if job.mesh.tp < 2:
         return 0.0
-    passes = job.spec.split_layer_passes(job.model, job.stages)
+    passes = job.spec.split_layer_passes(job.model, job.stages, job.vocab_tp)
     return passes * job.microbatches / job.mesh.pp
 
 
@@ -153,10 +165,8 @@ def backward_share(job: Job) -> float:
 
 def step_time(job: Job, traffic: Traffic) -> StepTime:
     hw, mesh = job.hardware, job.mesh
-    compute = compute_s(job)
-    bubble = pipeline_bubble(job)
+    compute, bubble = compute_s(job)
     exposed, hidden = comm_s(job, traffic, compute)
-    overhead = hw.step_overhead_s + split_layer_passes(job) * hw.tp_layer_overhead_us * 1e-6
+    software = hw.step_overhead_s + split_layer_passes(job) * hw.tp_layer_overhead_us * 1e-6
     links = {dim: tier(hw, mesh, dim).name for dim in exposed}
-    # The bubble is the share of the whole pipelined step a stage waits: b = idle / (work + idle).
-    return StepTime(compute, compute * bubble / (1 - bubble), exposed, overhead, links, hidden)
+    return StepTime(compute, bubble, exposed, software * software_stretch(hw), links, hidden)

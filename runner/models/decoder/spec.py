@@ -187,8 +187,10 @@ class DecoderSpec(ModelSpec):
         layers = m["n_layers"]
         return 2 * samples * data["seq_len"] * m["d_model"] * layers, 2 * layers * microbatches
 
-    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
-        return 6 * m["n_layers"]  # Q, K, V, output; the FFN's two
+    def split_layer_passes(self, m: Cfg, stages: list[range], vocab_tp: bool = False) -> int:
+        # Q, K, V, output; the FFN's two; split by vocabulary, the embedding, the output layer and
+        # the loss on its sharded logits
+        return 6 * m["n_layers"] + 3 * vocab_tp
 
     def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
         from runner.models.decoder.parallelize import parallelize
