@@ -44,8 +44,9 @@ SCHEDULE_SWEEPS = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", [2, 4])
-@pytest.mark.parametrize("model", ["ffnn", "decoder"])
+# The FFNN at P = 4 only: its P = 2 pipeline adds nothing the others do not check (the suite's
+# time is bounded: 25 minutes on 2 cores).
+@pytest.mark.parametrize(("devices", "model"), [(2, "decoder"), (4, "ffnn"), (4, "decoder")])
 def test_every_schedule_equals_the_single_process_run(
     store: str, tmp_path: Path, devices: int, model: str
 ) -> None:

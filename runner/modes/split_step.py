@@ -29,7 +29,7 @@ from runner.mesh import Mesh
 from runner.planner.hardware import software_stretch
 from runner.planner.timing import split_layer_passes, step_time
 
-STEPS = ["trainer.max_steps=14", "trainer.warmup_steps=4", "trainer.val_batches=0"]
+STEPS = ["trainer.max_steps=10", "trainer.warmup_steps=3", "trainer.val_batches=0"]
 QUIET = ["trainer.progress_bar=false", "hydra.run.dir=.", "hydra.output_subdir=null"]
 
 
