@@ -172,8 +172,12 @@ class ModelSpec:
         again in backward: elements at the forward's precision, and calls."""
         return 0.0, 0.0
 
-    def split_layer_passes(self, m: Cfg, stages: list[range], vocab_tp: bool = False) -> int:
+    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
         """Tensor-parallel layers the whole stack runs forward and backward per micro-batch."""
+        return 0
+
+    def vocab_split_passes(self, m: Cfg) -> int:
+        """Split layers a micro-batch adds with the vocabulary split (parallel.vocab_parallel)."""
         return 0
 
     def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:

@@ -133,7 +133,8 @@ def split_layer_passes(job: Job) -> float:
     """Tensor-parallel layers one rank runs forward and backward in a step (per micro-batch)."""
     if job.mesh.tp < 2:
         return 0.0
-    passes = job.spec.split_layer_passes(job.model, job.stages, job.vocab_tp)
+    passes = job.spec.split_layer_passes(job.model, job.stages)
+    passes += job.spec.vocab_split_passes(job.model) if job.vocab_tp else 0
     return passes * job.microbatches / job.mesh.pp
 
 

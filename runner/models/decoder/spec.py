@@ -187,10 +187,11 @@ class DecoderSpec(ModelSpec):
         layers = m["n_layers"]
         return 2 * samples * data["seq_len"] * m["d_model"] * layers, 2 * layers * microbatches
 
-    def split_layer_passes(self, m: Cfg, stages: list[range], vocab_tp: bool = False) -> int:
-        # Q, K, V, output; the FFN's two; split by vocabulary, the embedding, the output layer and
-        # the loss on its sharded logits
-        return 6 * m["n_layers"] + 3 * vocab_tp
+    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
+        return 6 * m["n_layers"]  # Q, K, V, output; the FFN's two
+
+    def vocab_split_passes(self, m: Cfg) -> int:
+        return 3  # the embedding, the output layer, the loss on its sharded logits
 
     def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
         from runner.models.decoder.parallelize import parallelize

@@ -123,7 +123,7 @@ class FFNNSpec(ModelSpec):
         elements = sum(samples * (w[r + 1] + (w[c] if c else 0)) for c, r in pairs)
         return elements, sum(1 + bool(c) for c, _ in pairs) * microbatches
 
-    def split_layer_passes(self, m: Cfg, stages: list[range], vocab_tp: bool = False) -> int:
+    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
         return 2 * sum(len(column_row_pairs(s)) for s in stages)
 
     def stage_module(self, model: Any, layers: range, first: bool, last: bool) -> Any:
