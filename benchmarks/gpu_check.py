@@ -17,6 +17,8 @@ It prints one table, a line per check with its figure and whether it passed:
    measured.
 5. With 2 GPUs or more, a pipeline of P = 2 stages and M = 8 micro-batches (GPipe) of check 1's
    model: the measured bubble within 0.05 of (p-1)/(m+p-1).
+6. Check 2's two ranks sharded (`parallel.shard=full`: ZeRO-3 on FSDP2): the loss series equals
+   one rank's, and every all-gather's and reduce-scatter's bytes equal the planner's.
 
 Without a GPU it says so in one line and exits 2. `--on-cpu` runs the same checks on this CPU with
 a small model (tests/test_gpu_check.py rehearses the script so).
@@ -34,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlflow import MlflowClient
 
@@ -144,20 +147,29 @@ def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row
     return Row("1. cost of measuring", figure, ratio >= MEASURING_GOAL)
 
 
-def data_parallel(scratch: Path, m: Machine) -> Row:
-    """Check 2: two data-parallel ranks against one, same global batch, fp32 (no TF32)."""
-    job = [*m.hardware, *SMALL, "model.dropout=0", "trainer.max_steps=20"]
-    train(scratch, *job)
-    single = training_runs(scratch)[-1].info.run_id
-    profiled = "trainer.profile_every_n_steps=5"  # sampled traces: does backward overlap comm?
+def single_run(scratch: Path, m: Machine) -> str:
+    """The one-rank run checks 2 and 6 compare with: fp32 (no TF32), no dropout."""
+    train(scratch, *m.hardware, *SMALL, "model.dropout=0", "trainer.max_steps=20")
+    return training_runs(scratch)[-1].info.run_id
+
+
+def pair_run(scratch: Path, m: Machine, *extra: str) -> tuple[str, Any]:
+    """Check 1's job on two data-parallel ranks, and how they ran; the run."""
+    job = [*m.hardware, *SMALL, "model.dropout=0", "trainer.max_steps=20", *extra]
     if m.gpus >= 2:
         how = "2 GPUs, NCCL"
-        train(scratch, *job, "parallel=data", "hardware.devices=2", profiled)
+        train(scratch, *job, "parallel=data", "hardware.devices=2")
     else:  # NCCL refuses two ranks on one GPU: two torchrun "nodes" on this host, over gloo
         how = f"2 ranks sharing one {'GPU' if m.gpus else 'CPU'} (two torchrun nodes), gloo"
         two_nodes(scratch, *job, "parallel=data", "hardware.nodes=2", "hardware.devices=1",
-                  "dist.backend=gloo", profiled)  # fmt: skip
-    pair = training_runs(scratch)[-1]
+                  "dist.backend=gloo")  # fmt: skip
+    return how, training_runs(scratch)[-1]
+
+
+def data_parallel(scratch: Path, m: Machine, single: str) -> Row:
+    """Check 2: two data-parallel ranks against one, same global batch, fp32 (no TF32)."""
+    # Sampled traces: does backward overlap the all-reduce?
+    how, pair = pair_run(scratch, m, "trainer.profile_every_n_steps=5")
     one, two = ([v[-1] for v in losses(scratch, r).values()] for r in (single, pair.info.run_id))
     diff, overlap = worst(two, one), pair.data.metrics["comm_overlap_fraction"]
     figure = (
@@ -168,6 +180,21 @@ def data_parallel(scratch: Path, m: Machine) -> Row:
     judged = m.gpus != 1
     passed = diff <= LOSS_RELATIVE and (overlap > 0 or not judged)
     return Row("2. data parallel", figure + ("" if judged else " (not judged)"), passed)
+
+
+def sharded(scratch: Path, m: Machine, single: str) -> Row:
+    """Check 6: check 2's pair sharded (ZeRO-3, FSDP2): the same losses, and every all-gather and
+    reduce-scatter's bytes as the planner counts them."""
+    how, pair = pair_run(scratch, m, "parallel.shard=full")
+    one, two = ([v[-1] for v in losses(scratch, r).values()] for r in (single, pair.info.run_id))
+    f, diff = pair.data.metrics, worst(two, one)
+    counted = [f"comm_bytes_per_step/dp/{c}" for c in ("all_gather", "reduce_scatter")]
+    exact = all(f.get(k, -1) == f.get(f"pred/{k}") for k in counted)
+    figure = (
+        f"{how}: losses within {diff:.1e} of one rank's (bound {LOSS_RELATIVE:.0e}); gathered and "
+        f"scattered bytes {'equal' if exact else 'DIFFER from'} the planner's"
+    )
+    return Row("6. sharded data parallel", figure, diff <= LOSS_RELATIVE and exact)
 
 
 def two_nodes(scratch: Path, *args: str) -> None:
@@ -265,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         progress("1. three precisions on one device")
         rows, bf16 = precisions(scratch, m)
         progress("2. data parallel")
-        rows.append(data_parallel(scratch, m))
+        single = single_run(scratch, m)
+        rows.append(data_parallel(scratch, m, single))
+        progress("6. sharded data parallel")
+        rows.append(sharded(scratch, m, single))
         progress("3. snapshot and resume")
         rows.append(resume(scratch, m))
         progress("5. pipeline bubble")

@@ -17,7 +17,10 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.cluster import external_launcher, global_rank
 from runner.config import register_configs
+from runner.lifeline import listen_to_ctrl_c
+from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.validate import ConfigError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -52,7 +55,9 @@ def one_line(error: BaseException) -> str:
 
 
 def fail(message: str) -> NoReturn:
-    print(f"error: {message}", file=sys.stderr)
+    # Under torchrun or srun every rank finds the same bad input: the first one says it.
+    if external_launcher() is None or global_rank() == 0:
+        print(f"error: {message}", file=sys.stderr)
     raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -76,6 +81,7 @@ def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
 
 
 def main() -> None:
+    listen_to_ctrl_c()
     register_configs()
     full_trace = "HYDRA_FULL_ERROR" in os.environ
     os.environ["HYDRA_FULL_ERROR"] = "1"
@@ -89,6 +95,9 @@ def main() -> None:
         fail(one_line(error))
     except BaseException as error:
         end_open_sweep()
+        if isinstance(error, Preempted):  # asked to stop (runner/preemption.py)
+            print(f"stopped: {error}; resume=auto continues its run", file=sys.stderr)
+            raise SystemExit(EXIT_PREEMPTED) from None
         if isinstance(error, stopped_by_user_or_rank()):  # the ranks printed their own traces
             print(f"error: {error or 'interrupted'}", file=sys.stderr)
             raise SystemExit(1) from None

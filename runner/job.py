@@ -55,6 +55,12 @@ class Job:
         a model without one ignores it)."""
         return self.parallel.vocab_parallel and self.mesh.tp > 1
 
+    @property
+    def shard(self) -> str:
+        """What the data-parallel replicas split among themselves (parallel.shard): nothing
+        without several replicas."""
+        return self.parallel.shard if self.mesh.dp > 1 else "none"
+
 
 def typed(schema: type[T], node: DictConfig) -> T:
     """The schema's dataclass from a config node (ranks get plain containers, not typed nodes).

@@ -23,7 +23,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from runner import preemption
+from runner.errors import ConfigError
+from runner.lifeline import LAUNCHER_ENV, die_with_parent, listen_to_ctrl_c
 from runner.planner.failures import lost_work
+from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.tracking import Run
 
 LOOPBACK = "127.0.0.1"
@@ -43,12 +47,26 @@ def rank_main(
     """What every rank runs (a module-level function: spawned ranks import it by name)."""
     from runner.training.rank import train
 
+    listen_to_ctrl_c()
+
     return train(OmegaConf.create(cfg), run_id, progress, resume)
+
+
+def spawned_rank_main(*args: Any) -> dict[str, float]:
+    """rank_main in a rank this process spawned: the fork server's child, it ends with the server
+    (runner/lifeline.py). Stopped on request, it exits with EXIT_PREEMPTED, which the launcher
+    tells from a failure."""
+    die_with_parent()
+    try:
+        return rank_main(*args)
+    except Preempted:
+        os._exit(EXIT_PREEMPTED)  # nothing of the rank's is left to clean up: its snapshot is in
 
 
 # What every rank imports (torch, Lightning, the strategies) and what rank 0 records with after
 # training (MLflow, matplotlib): seconds of imports, done once in the fork server.
 PRELOAD = [
+    "runner.lifeline",  # first: the server ends with this process (runner/lifeline.py)
     "runner.training.rank",
     "runner.training.record",
     "mlflow.store.tracking.sqlalchemy_store",
@@ -60,6 +78,8 @@ def start_fork_server() -> None:
     again; the server lives on across a sweep's jobs. Started first, it imports while this process
     opens the MLflow run. Nothing of this process (its MLflow connection, its threads) is forked:
     the server starts clean."""
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
+    preemption.ignore()  # the ranks' signal; the server and the tracker inherit the ignoring
     multiprocessing.set_forkserver_preload(PRELOAD)
     multiprocessing.forkserver.ensure_running()
 
@@ -85,16 +105,50 @@ def spawn(
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress:
         try:
-            return elastic_launch(config, rank_main)(cfg, record.run_id, progress, resume)[0]
+            launched = elastic_launch(config, spawned_rank_main)
+            return launched(cfg, record.run_id, progress, resume)[0]
         except ChildFailedError as failed:
+            if all(f.exitcode == EXIT_PREEMPTED for f in failed.failures.values()):
+                step, _ = last_snapshot(Path(cfg["checkpoint"]["dir"]) / record.run_id, started)
+                raise Preempted(step) from None
             steps = reached(progress, world)
-            rank, reason = root_failure(failed.failures, steps)
-            record.client.set_tag(record.run_id, "failed_rank", str(rank))
-            saved, since = last_snapshot(Path(cfg["checkpoint"]["dir"]) / record.run_id, started)
-            lost = max(steps.values(), default=0) - saved  # redone from the last snapshot
-            spent = time.time() - since
-            record.log_metrics(lost_work(OmegaConf.create(cfg["hardware"]), world, lost, spent))
-            raise JobFailed(rank, reason) from failed
+            rank, why = root_failure(failed.failures, steps)
+            raise record_failure(cfg, world, record, steps, started, rank, why) from failed
+
+
+def in_process(
+    cfg: dict[str, Any], world: int, record: Run, resume: tuple[str, int] | None = None
+) -> dict[str, float]:
+    """rank_main in this process (one device, or rank 0 of those torchrun or SLURM started); a
+    failure is recorded as a launched job's is."""
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress:
+        try:
+            return rank_main(cfg, record.run_id, progress, resume)
+        except (ConfigError, Preempted):
+            raise  # bad input found late: one line, exit code 2, as found early; or a stop
+        except Exception as error:
+            steps = reached(progress, 1)
+            why = f"{type(error).__name__}: {error}"
+            raise record_failure(cfg, world, record, steps, started, 0, why) from error
+
+
+def record_failure(
+    cfg: dict[str, Any],
+    world: int,
+    record: Run,
+    steps: Mapping[int, int],
+    started: float,
+    rank: int,
+    why: str,
+) -> JobFailed:
+    """Tag the failing rank and log the work lost since the last snapshot: the failure to raise."""
+    record.client.set_tag(record.run_id, "failed_rank", str(rank))
+    saved, since = last_snapshot(Path(cfg["checkpoint"]["dir"]) / record.run_id, started)
+    lost = max(steps.values(), default=0) - saved  # redone from the last snapshot
+    spent = time.time() - since
+    record.log_metrics(lost_work(OmegaConf.create(cfg["hardware"]), world, lost, spent))
+    return JobFailed(rank, why)
 
 
 def last_snapshot(run_dir: Path, started: float) -> tuple[int, float]:
@@ -150,4 +204,7 @@ class JobFailed(RuntimeError):
 
     def __init__(self, rank: int, why: str) -> None:
         super().__init__(f"rank {rank} failed: {why}")
-        self.rank = rank
+        self.rank, self.why = rank, why
+
+    def __reduce__(self) -> tuple[type, tuple[int, str]]:  # pickled by a sweep on SLURM
+        return JobFailed, (self.rank, self.why)

@@ -19,10 +19,18 @@ COLORS = {
     "tp all-reduce": "#DA8BC3",
     "tp all-gather": "#8C8C8C",
     "tp reduce-scatter": "#CCB974",
+    "dp all-gather": "#64B5CD",
+    "dp reduce-scatter": "#E17C05",
+    "dp broadcast": "#2CA02C",
+    "dp wait": "#8B0000",  # the rank waiting for a prefetched all-gather: exposed
     "idle": "#E5E5E5",
 }
 # Compute fills the row; communication runs beside it (it may overlap compute), in a band below.
-COMM_KINDS = {"all-reduce", "p2p wait", "tp all-reduce", "tp all-gather", "tp reduce-scatter"}
+COMM_KINDS = {
+    k
+    for k in COLORS
+    if k.split()[-1] in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "wait")
+}
 
 
 from runner.layouts.probes import Span  # noqa: E402

@@ -29,21 +29,26 @@ import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
 from runner.compat.ddp_dtensor import shard_spec
 from runner.errors import ConfigError, require
 from runner.mesh import mesh_of
+from runner.preemption import Preempted
 
 MARK = "runner.json"
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
-    """What a snapshot must match to be resumed: the model and the mesh."""
+    """What a snapshot must match to be resumed: the model, the mesh, and how replicas shard
+    their state (parallel.shard: absent for none, as in snapshots from before it existed)."""
+    mesh = mesh_of(cfg)
+    shard = cfg.parallel.get("shard", "none") if mesh.dp > 1 else "none"
     return {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
-        "mesh": list(mesh_of(cfg).shape),
-    }
+        "mesh": list(mesh.shape),
+    } | ({"shard": shard} if shard != "none" else {})
 
 
 def state_view(trainer: pl.Trainer) -> nn.Module:
@@ -56,9 +61,17 @@ def state_view(trainer: pl.Trainer) -> nn.Module:
 
 def optim_key(trainer: pl.Trainer) -> str:
     """Pipeline ranks' optimizers hold different stages: one key per pipeline position (its
-    tensor-parallel shards and data-parallel replicas share it, as DCP expects)."""
+    tensor-parallel shards and data-parallel replicas share it, as DCP expects). ZeRO-1's replicas
+    each hold the state of their own share of the parameters: one key each."""
     coords = getattr(trainer.strategy, "coords", None)
-    return f"optim/pp{coords['pp']}" if hasattr(trainer.strategy, "stage_ids") else "optim"
+    key = f"optim/pp{coords['pp']}" if hasattr(trainer.strategy, "stage_ids") else "optim"
+    zero = isinstance(trainer.optimizers[0], ZeroRedundancyOptimizer)
+    return f"{key}/dp{coords['dp']}" if zero else key
+
+
+def stepped(optimizer: Any) -> Any:
+    """The optimizer whose state this rank holds: under ZeRO-1, the one stepping its share."""
+    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
 
 
 @contextlib.contextmanager
@@ -69,7 +82,7 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     over the same storage, as they do without DDP; then everything is put back, loaded values and
     optimizer state included."""
     localized = getattr(trainer.strategy, "localized", [])
-    optimizer, swaps = trainer.optimizers[0], []
+    optimizer, swaps = stepped(trainer.optimizers[0]), []
     for owner, attr, local in localized:
         spec = shard_spec(local)
         shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
@@ -115,7 +128,7 @@ def swap(
 
 def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
     view = state_view(trainer)
-    model, optim = get_state_dict(view, trainer.optimizers[0])
+    model, optim = get_state_dict(view, stepped(trainer.optimizers[0]))
     return view, {"model": model, optim_key(trainer): optim}
 
 
@@ -193,7 +206,7 @@ def load(trainer: pl.Trainer, folder: Path) -> None:
         dcp.load(state, checkpoint_id=str(folder))
         set_state_dict(
             view,
-            trainer.optimizers[0],
+            stepped(trainer.optimizers[0]),
             model_state_dict=state["model"],
             optim_state_dict=state[optim_key(trainer)],
         )
@@ -207,9 +220,11 @@ class Snapshots(pl.Callback):
         )  # fmt: skip
         self.meta = identity(cfg)
         self.disk_full_at = cfg.fault.disk_full_at_step if not start else None
+        # A write that failed, or a stop asked for: raised at the next hook
+        self.failed: OSError | Preempted | None = None
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
-        if self.every and dist.is_available() and dist.is_initialized():
+        if dist.is_available() and dist.is_initialized():
             # Under torchrun or SLURM only rank 0 knows the run it opened: all write beside it.
             shared = [self.run_dir]
             dist.broadcast_object_list(shared, src=0)
@@ -217,11 +232,32 @@ class Snapshots(pl.Callback):
         if self.resume is not None:
             load(trainer, self.resume)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
+    ) -> None:
         step = self.start + trainer.global_step
-        if self.every and self.run_dir is not None and step % self.every == 0:
+        stop = pl_module.stop_agreed is not None and bool(pl_module.stop_agreed > 0)
+        if self.run_dir is not None and (stop or self.every and step % self.every == 0):
             full = step == self.disk_full_at and trainer.global_rank == 0
-            save(trainer, self.run_dir / f"step_{step:08d}", self.meta | {"step": step}, full)
+            try:
+                save(trainer, self.run_dir / f"step_{step:08d}", self.meta | {"step": step}, full)
+            except OSError as error:
+                # Raised once Lightning has logged the step's figures (after this hook): the
+                # run keeps the loss of the step whose snapshot failed.
+                self.failed = error
+        if stop and self.failed is None:  # asked to stop (runner/preemption.py): now, so written
+            self.failed = Preempted(step)
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        self.raise_failed()
+
+    def on_train_end(self, *_: Any) -> None:
+        self.raise_failed()
+
+    def raise_failed(self) -> None:
+        if self.failed is not None:
+            failed, self.failed = self.failed, None
+            raise failed
 
 
 # --- finding and checking a snapshot, before anything is launched ---
@@ -272,10 +308,13 @@ def candidates(cfg: DictConfig) -> list[Path]:
     return [named] if named.name.startswith("step_") else complete(named)
 
 
-def find(cfg: DictConfig) -> tuple[str, Path, int]:
+def find(cfg: DictConfig) -> tuple[str, Path, int] | None:
     """(run id, folder, step) of the snapshot to resume; refused, in one line, if it is broken
-    (the previous complete one is offered) or holds another model or layout."""
+    (the previous complete one is offered) or holds another model or layout. None: resume=auto
+    and no snapshot yet, so that one batch script serves a job's first start and its requeues."""
     found = [p for p in candidates(cfg) if (p / MARK).is_file()]
+    if not found and cfg.resume == "auto":
+        return None
     if not found:
         raise ConfigError(
             "resume", f"no complete snapshot for resume={cfg.resume} under {cfg.checkpoint.dir}"
@@ -291,10 +330,12 @@ def find(cfg: DictConfig) -> tuple[str, Path, int]:
         )
         raise ConfigError("resume", f"{folder} is broken ({broken}){previous}") from None
     meta, mine = json.loads((folder / MARK).read_text()), identity(cfg)
-    for key in ("model", "mesh"):
-        if meta[key] != mine[key]:
+    for key in ("model", "mesh", "shard"):
+        if meta.get(key, "none") != mine.get(key, "none"):
             raise ConfigError(
-                "resume", f"{folder} holds another {key}: {meta[key]}, this job has {mine[key]}"
+                "resume",
+                f"{folder} holds another {key}: {meta.get(key, 'none')}, this job has "
+                f"{mine.get(key, 'none')}",
             )
     require(
         meta["step"] < cfg.trainer.max_steps,

@@ -1,18 +1,23 @@
 """MLflow records: the runner owns each run (creates it, names it, ends it) through MlflowClient.
 
 A run ends FINISHED only when its job returned; any exception, Ctrl-C included, ends it FAILED and
-keeps whatever was logged before. Sweeps get one parent run (plugins/mlflow_sweep.py) whose id
-reaches the jobs through an environment variable, so that any launcher that inherits the
-environment nests its children.
+keeps whatever was logged before. A process killed outright (SIGKILL: the OOM killer, a
+scheduler's hard kill) ends nothing: each run carries its owner (host, process id and start time),
+and a run left RUNNING by a process of this host that no longer exists is marked FAILED, with why,
+the next time the runner opens a run in that experiment. Sweeps get one parent run
+(plugins/mlflow_sweep.py) whose id reaches the jobs through an environment variable, so that any
+launcher that inherits the environment nests its children.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
@@ -22,8 +27,10 @@ from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BA
 from omegaconf import DictConfig, OmegaConf
 
 from runner.mesh import mesh_of
+from runner.preemption import Preempted, requeue
 
 PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
+OWNER_TAG = "runner.owner"  # host:pid:start of the process that holds the run open
 NESTED_TAG = "mlflow.parentRunId"  # what the MLflow UI nests children by
 
 
@@ -43,6 +50,54 @@ class Run:
 
     def end(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status)
+
+
+def started(pid: int) -> str | None:
+    """When a process started (clock ticks since boot, /proc/<pid>/stat's 22nd field): a pid and
+    this name one process, as pids are reused. None: no such process (or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{started(os.getpid())}"
+
+
+def abandoned(tag: str) -> bool:
+    """Whether the run's owner was a process of this host that no longer exists."""
+    host, _, rest = tag.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or start == "None":
+        return False  # another machine's, or unknown: nothing to tell from here
+    return started(int(pid)) != start
+
+
+def fail_abandoned(client: MlflowClient, experiment: str) -> None:
+    """Mark FAILED every run of the experiment left RUNNING by a process that has ended."""
+    running = client.search_runs([experiment], filter_string="attributes.status = 'RUNNING'")
+    for run in running:
+        tag = run.data.tags.get(OWNER_TAG)
+        if tag and abandoned(tag):
+            _, pid, _ = tag.split(":")
+            why = f"its process (pid {pid} on {socket.gethostname()}) ended without closing it"
+            client.set_tag(run.info.run_id, "failed_reason", why)
+            client.set_terminated(run.info.run_id, "FAILED")
+
+
+FAILURE_TAGS = ("failed_rank", "failed_reason")
+
+
+def earlier_failure(client: MlflowClient, run_id: str) -> None:
+    """A resumed run's failure tags move to `resumed_after/...`: kept, but a run that then finishes
+    no longer reads as failed."""
+    tags = client.get_run(run_id).data.tags
+    for key in FAILURE_TAGS:
+        if key in tags:
+            client.set_tag(run_id, f"resumed_after/{key}", tags[key])
+            client.delete_tag(run_id, key)
 
 
 def experiment_id(client: MlflowClient, name: str) -> str:
@@ -114,13 +169,16 @@ def recorded_run(
     FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
     itself fails: never left RUNNING."""
     client = MlflowClient(cfg.logger.tracking_uri)
+    exp = experiment_id(client, cfg.logger.experiment_name)
+    fail_abandoned(client, exp)
     if resumed:
         client.update_run(resumed, status="RUNNING")
+        client.set_tag(resumed, OWNER_TAG, owner())
+        earlier_failure(client, resumed)
         run = Run(client, resumed)
     else:
         name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
-        exp = experiment_id(client, cfg.logger.experiment_name)
-        tags = run_tags(cfg, choices, world_size)
+        tags = run_tags(cfg, choices, world_size) | {OWNER_TAG: owner()}
         run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
         if not resumed:
@@ -130,6 +188,13 @@ def recorded_run(
                 run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
             )
         yield run
+    except Preempted as stopped:  # asked to stop, its snapshot written: resumable, not failed
+        client.set_tag(run.run_id, "preempted_at_step", str(stopped.step))
+        run.end("KILLED")  # first: SLURM ends the job's processes as it requeues the job
+        requeued = requeue()
+        if requeued:
+            client.set_tag(run.run_id, "requeue", requeued)
+        raise
     except BaseException:
         run.end("FAILED")
         raise
@@ -143,7 +208,8 @@ def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
     global _parent
     client = MlflowClient(tracking_uri)
     exp = experiment_id(client, experiment_name)
-    created = client.create_run(exp, run_name=name, tags={"mode": "sweep"})
+    fail_abandoned(client, exp)
+    created = client.create_run(exp, run_name=name, tags={"mode": "sweep", OWNER_TAG: owner()})
     _parent = Run(client, created.info.run_id)
     os.environ[PARENT_RUN_ENV] = _parent.run_id
     return _parent

@@ -9,6 +9,7 @@ ConfigError naming the key and what is allowed.
 
 from __future__ import annotations
 
+import math
 import os
 
 from omegaconf import DictConfig
@@ -89,7 +90,29 @@ def resolve_mesh(cfg: DictConfig) -> Mesh:
     sizes left null (from the processes torchrun or SLURM started, where they did)."""
     one_of(cfg.mode, "mode", MODES)
     check_hardware(cfg.hardware, cfg.mode == "train")  # the devices asked for exist here
+    if external_launcher() == "srun":
+        check_srun_tasks(cfg)
     return resolve(cfg, started_processes() if external_launcher() else None)
+
+
+def check_srun_tasks(cfg: DictConfig) -> None:
+    """srun starts one rank per task: the tasks must be laid out per node, and as many as the
+    mesh has processes. Lightning would refuse --ntasks alone mid-start, in a traceback."""
+    p, nodes, started = cfg.parallel, cfg.hardware.nodes, started_processes()
+    sizes = [p.dp, p.pp, p.tp]
+    needed = math.prod(sizes) if None not in sizes else started
+    per_node = f"--nodes={nodes} --ntasks-per-node={max(needed // nodes, 1)}"
+    require(
+        "SLURM_NTASKS_PER_NODE" in os.environ,
+        "hardware.devices",
+        f"srun started {started} tasks by --ntasks; the runner takes one task per device on "
+        f"each node: srun {per_node}",
+    )
+    require(
+        needed == started,
+        "parallel",
+        f"srun started {started} tasks, but dp x pp x tp = {needed}: srun {per_node}",
+    )
 
 
 def validate(cfg: DictConfig) -> Mesh:

@@ -71,11 +71,16 @@ def store(tmp_path: Path, empty_store: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen:
     """`python -m runner ARGS` in cwd, as a user types it, in a session of its own."""
+    return start_session([sys.executable, "-m", "runner", *args], cwd)
+
+
+def start_session(argv: list[str], cwd: Path) -> subprocess.Popen:
+    """A command in cwd, in a session of its own, without this process's store or tracebacks."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "runner", *args],
+        argv,
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

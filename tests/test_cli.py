@@ -80,6 +80,8 @@ BAD = [
     (["trainer.precision=fp8"], "32-true, bf16-mixed, 16-mixed"),
     (["trainer.precision=16-mixed"], "runs on GPUs only"),
     (["parallel=pipeline", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
+    (["parallel=fsdp", "hardware.devices=2", "parallel.shard=zero3"], "optimizer, gradients, full"),
+    (["parallel=fsdp", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
 ]
 
 

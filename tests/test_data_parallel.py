@@ -174,6 +174,8 @@ def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(tmp_path: 
     (run,) = all_runs(uri)
     assert run.info.status == "FINISHED" and len(losses_by_step(uri, run.info.run_id)) == 6
     assert_redone_steps_repeat(uri, run.info.run_id, range(2, 3))
+    # The failed attempt stays in the record, but the finished run no longer reads as failed.
+    assert "failed_rank" not in run.data.tags and run.data.tags["resumed_after/failed_rank"] == "1"
 
 
 @pytest.mark.slow

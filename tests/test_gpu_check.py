@@ -35,8 +35,9 @@ def test_its_checks_rehearsed_on_this_cpu_pass(tmp_path: Path) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    rows = [line for line in done.stdout.splitlines() if line[:2] in ("1.", "2.", "3.", "4.", "5.")]
-    assert len(rows) == 8 and all("  pass  " in row for row in rows), done.stdout
+    checks = ("1.", "2.", "3.", "4.", "5.", "6.")
+    rows = [line for line in done.stdout.splitlines() if line[:2] in checks]
+    assert len(rows) == 9 and all("  pass  " in row for row in rows), done.stdout
     assert "sharing one CPU (two torchrun nodes)" in done.stdout  # the one-GPU machine's path
     assert "10 steps redone" in done.stdout
     assert (repo / "conf" / "hardware" / "calibrated.yaml").is_file()

@@ -10,9 +10,12 @@ from mlflow import MlflowClient
 from runner.training.sampled_profile import breakdown
 from tests.conftest import QUICK, RESUME_RELATIVE, all_runs, loss_series, run_cli
 
-# A decoder with dropout: a profiler that drew from the random state would change the losses.
+# A decoder with dropout: a profiler that drew from the random state would change the losses. Its
+# gradients (under 1 MiB) fit DDP's first bucket, whose all-reduce starts when backward has ended:
+# small buckets start all-reduces while backward still computes, so overlap must be seen.
 JOB = ["model=decoder", "model.d_model=64", "model.n_layers=2", "trainer.max_steps=12",
-       "data.batch_size=16", "parallel=data", "hardware.devices=2", *QUICK]  # fmt: skip
+       "data.batch_size=16", "parallel=data", "hardware.devices=2", "parallel.bucket_cap_mb=0.1",
+       *QUICK]  # fmt: skip
 # The hooks call a phase's whole span compute; the trace only the operators inside it, so the
 # trace's compute is lower by the framework's Python between operators (measured here: 0.06-0.15
 # of the step on 2 shared cores) and the profiler's own cost on the sampled step.

@@ -4,7 +4,6 @@ measures against the predicted drop, and tensor parallelism's extra all-reduces,
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import platform
 from pathlib import Path
@@ -16,6 +15,7 @@ from runner.job import resolve_job
 from runner.losses import LOSSES
 from runner.planner import predict
 from runner.planner.memory import activation_bytes
+from runner.training.callbacks.memory import allocated_bytes
 from runner.training.rank import build_model
 from runner.validate import validate
 from tests.conftest import QUICK, all_runs, compose_job, loss_series, losses_by_step, run_cli, train
@@ -49,25 +49,6 @@ def test_recomputing_keeps_every_name(model: str) -> None:
         return list(built.state_dict()), [name for name, _ in built.named_parameters()]
 
     assert names("full") == names("selective") == names("none")
-
-
-class MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-            "fordblks", "keepcost",
-        )
-    ]  # fmt: skip
-
-
-def allocated_bytes() -> int:
-    """What glibc's malloc has handed out and not had back (its heap and its mmap'd blocks):
-    torch's CPU tensors are allocated there."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = MallInfo2
-    info = libc.mallinfo2()
-    return info.uordblks + info.hblkhd
 
 
 def planned_activations(*overrides: str) -> dict[str, float]:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from runner import validate
+from runner.launch import JobFailed
 from runner.snapshots import SafeUnpickler, find
 from tests.conftest import (
     QUICK,
@@ -101,11 +102,27 @@ def test_a_disk_that_fills_while_writing_fails_the_run_and_keeps_the_last_snapsh
     store: str,
 ) -> None:
     job = ["model=ffnn", "checkpoint.every_n_steps=5", "trainer.max_steps=20"]
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(JobFailed, match="rank 0 failed: OSError: .*No space left"):
         train(*job, "fault.disk_full_at_step=10")
     (run,) = all_runs(store)
-    assert run.info.status == "FAILED"
+    assert run.info.status == "FAILED" and run.data.tags["failed_rank"] == "0"
+    # Every step's loss, the one whose snapshot failed included; lost work counted as for every
+    # fault, from the step the rank had reached (the 10th, index 9) back to the snapshot's 5.
+    assert len(losses_by_step(store, run.info.run_id)) == 10
+    assert run.data.metrics["lost_steps"] == 4 and run.data.metrics["lost_cost_usd"] > 0
     folder = Path("snapshots") / run.info.run_id
     assert sorted(p.name for p in folder.iterdir()) == ["step_00000005", "step_00000010.partial"]
     cfg, _ = compose_job(*job, "resume=auto")
     assert find(cfg)[1:] == (folder / "step_00000005", 5)  # the half-written one is never taken
+
+
+def test_resume_auto_without_a_snapshot_starts_afresh_but_a_named_run_is_refused(
+    tmp_path: Path,
+) -> None:
+    """One batch script serves a job's first start and its requeues (docs/slurm.md)."""
+    where = f"checkpoint.dir={tmp_path / 'snapshots'}"
+    cfg, _ = compose_job("resume=auto", where)
+    assert find(cfg) is None
+    cfg, _ = compose_job("resume=0123abcd", where)
+    with pytest.raises(validate.ConfigError, match="no complete snapshot for resume=0123abcd"):
+        find(cfg)

@@ -44,7 +44,12 @@ class ComposedOnce:
         self.composed: dict[tuple[str, ...], DictConfig] = {}
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
+        # Only once built: unpickling (the submitit launcher ships the loader to the cluster's
+        # jobs) asks for attributes before `loader` is there, which would recurse.
+        loader = self.__dict__.get("loader")
+        if loader is None:
+            raise AttributeError(name)
+        return getattr(loader, name)
 
     def is_value(self, override: Override) -> bool:
         """A plain value for the composed config: not a group choice, a deletion or Hydra's."""

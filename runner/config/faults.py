@@ -19,6 +19,9 @@ class FaultConfig:
     hang_rank: int | None = None  # ... or stays alive but stops taking part in collectives ...
     at_step: int | None = None  # ... when it starts this optimizer step
     disk_full_at_step: int | None = None  # the snapshot at this step fails: no space left
+    # SIGUSR1 to every rank when this step starts, as SLURM warns of a time limit or a
+    # preemption: the job snapshots and stops, to be resumed (runner/preemption.py)
+    preempt_at_step: int | None = None
 
 
 @dataclass
@@ -53,6 +56,8 @@ def check_fault(cfg: DictConfig) -> None:
         "fault.disk_full_at_step",
         f"must be a step that takes a snapshot (a multiple of checkpoint.every_n_steps={every})",
     )
+    stop = f.get("preempt_at_step")
+    require(stop is None or stop > 0, "fault.preempt_at_step", f"must be positive, got {stop}")
     require(cfg.dist.timeout_s > 0, "dist.timeout_s", f"must be positive, got {cfg.dist.timeout_s}")
     one_of(cfg.dist.backend, "dist.backend", BACKENDS)
     require(

@@ -26,3 +26,9 @@ class ParallelConfig:
     # embedding, the output layer and cross-entropy, for models that have one; others ignore it.
     # false: every tensor-parallel rank holds the whole embedding and computes every logit.
     vocab_parallel: bool = True
+    # Sharded data parallelism over the dp ranks (runner/layouts/sharded/): none = DDP, every
+    # replica holds everything; optimizer = ZeRO-1 (torch's ZeroRedundancyOptimizer: the
+    # optimizer state split); gradients = ZeRO-2 (FSDP2, weights kept from forward to the end of
+    # backward); full = ZeRO-3 / FSDP (weights gathered per block before use, freed after). One of
+    # runner.choices.SHARDS; with dp 1 there is nothing to shard over: it runs as none.
+    shard: str = "none"

@@ -26,13 +26,15 @@ Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro
 # nccl-tests' bus bandwidth: the bytes each rank's link carries per byte of payload S are
 # 2(n-1)/n for an all-reduce and (n-1)/n for an all-gather or a reduce-scatter (a ring's); the
 # factor here is the part before (n-1)/n. (A P2P send carries its payload once: factor 1.)
-BUS_BYTES = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0}
+# A broadcast's is 1 (a ring or pipelined broadcast puts S on every rank's link): reported as the
+# others, times (n-1)/n, it reads a little low. A wait moves nothing.
+BUS_BYTES = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0, "broadcast": 1.0}
 
 
 def bus_bytes(kind: str, nbytes: int) -> float:
     """A collective's payload weighted as nccl-tests weights it, less the (n-1)/n (the timeline's
     kinds end in the collective's name: "all-reduce", "tp all-gather")."""
-    return BUS_BYTES[kind.split()[-1]] * nbytes
+    return BUS_BYTES.get(kind.split()[-1], 0.0) * nbytes
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Transfer:
     end: Any  # when it was done
     nbytes: int = 0  # payload S, as nccl-tests names it
     blocking: bool = True
+    apart: bool = False  # overlapped; its exposed part is recorded apart (a wait) or unknown
 
     @property
     def seconds(self) -> float:

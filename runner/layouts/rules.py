@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from runner.choices import MULTI_STAGE, SCHEDULES
+from runner.choices import MULTI_STAGE, SCHEDULES, SHARDS
 from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
@@ -14,6 +14,7 @@ from runner.models.spec import ModelSpec
 
 
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
+    one_of(cfg.parallel.shard, "parallel.shard", SHARDS)
     if mesh.dp > 1:
         check_data(cfg, mesh)
     if mesh.pp > 1:
@@ -32,6 +33,19 @@ def check_data(cfg: DictConfig, mesh: Mesh) -> None:
     )
     cap = cfg.parallel.bucket_cap_mb
     require(cap is None or cap > 0, "parallel.bucket_cap_mb", "must be positive, or null")
+    if cfg.parallel.shard in ("gradients", "full"):
+        require(
+            cfg.trainer.precision != "16-mixed",
+            "trainer.precision",
+            f"16-mixed scales the loss, and its scaler has not been run on FSDP's sharded "
+            f"gradients here: use bf16-mixed with parallel.shard={cfg.parallel.shard}",
+        )
+        require(
+            not cfg.trainer.compile,
+            "trainer.compile",
+            f"parallel.shard={cfg.parallel.shard} runs FSDP2's hooks eagerly here: set "
+            "trainer.compile=false, or parallel.shard=none|optimizer",
+        )
 
 
 def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:

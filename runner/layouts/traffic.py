@@ -20,6 +20,9 @@ class Traffic:
     # The last call's payload, where the layout starts it only when compute is done (DDP's last
     # bucket, all-reduced after backward): what no computation can hide.
     tail: dict[str, float] = field(default_factory=dict)
+    # Payload by collective, "dp/all_gather" and the like, where a dimension runs several kinds
+    # (sharded data parallelism: runner/layouts/sharded/traffic.py); empty where it runs one.
+    by_collective: dict[str, float] = field(default_factory=dict)
 
 
 def ring_allreduce_bytes(payload: float, n: int) -> float:

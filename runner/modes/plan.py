@@ -48,7 +48,8 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),
-        ("bytes / step / rank", ", ".join(f"{d} {_bytes(comm[d])}" for d in ("dp", "tp", "pp"))),
+        ("bytes / step / rank", ", ".join(f"{d} {_bytes(comm[d])}" for d in ("dp", "tp", "pp"))
+         + _collectives(out["comm_bytes_by_collective"])),
         ("bubble", f"{out['bubble_fraction']:.3f}"),
         ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%}): "
          + _shares(out["time_by_part_s"], out["step_time_s"])),
@@ -62,6 +63,12 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          f", ${snap['expected_lost_cost_usd']:,.0f})"),
     ]  # fmt: skip
     return "\n".join(f"{name:>20}  {value}" for name, value in rows)
+
+
+def _collectives(by_collective: Mapping[str, float]) -> str:
+    """Sharded data parallelism's collectives, each apart (parallel.shard)."""
+    parts = ", ".join(f"{k.split('/')[1]} {_bytes(v)}" for k, v in by_collective.items())
+    return f" (dp: {parts})" if parts else ""
 
 
 def _shares(parts: Mapping[str, float], total: float) -> str:

@@ -16,7 +16,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.cluster import exit_on_sigterm, external_launcher, global_rank, world_size
 from runner.job import Job
-from runner.launch import LOOPBACK, bind_gloo_to_loopback, rank_main, spawn, start_fork_server
+from runner.launch import (
+    LOOPBACK,
+    bind_gloo_to_loopback,
+    in_process,
+    rank_main,
+    spawn,
+    start_fork_server,
+)
 from runner.tracking import recorded_run
 
 
@@ -28,8 +35,12 @@ def run(
     if cfg.resume:
         from runner.snapshots import find  # imports torch: only when a snapshot is wanted
 
-        resumed, folder, step = find(cfg)
-        resume = (str(folder.resolve()), step)
+        found = find(cfg)
+        if found is not None:
+            resumed, folder, step = found
+            resume = (str(folder.resolve()), step)
+        elif global_rank() == 0:
+            print(f"resume=auto: no snapshot under {cfg.checkpoint.dir} yet, a new run", flush=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
     if world > 1 and external_launcher() is None:
@@ -44,4 +55,4 @@ def run(
     with recorded_run(cfg, choices, overrides, world, resumed) as record:
         if world > 1:
             signal.signal(signal.SIGTERM, exit_on_sigterm)
-        return rank_main(resolved, record.run_id, None, resume)
+        return in_process(resolved, world, record, resume)

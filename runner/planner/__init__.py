@@ -16,7 +16,7 @@ from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share, tier
 from runner.planner.memory import memory_per_device_gib
 from runner.planner.scatter_gather import scatter_gather
-from runner.planner.timing import model_flops_per_step, step_time
+from runner.planner.timing import dp_wire_bytes, model_flops_per_step, step_time
 from runner.precision import precision_of
 
 __all__ = ["mfu", "plan", "predict", "ring_allreduce_bytes"]
@@ -47,8 +47,10 @@ def predict(job: Job) -> dict[str, float]:
         out[f"pred/comm_bytes_per_step/{dim}"] = payload
         link = tier(job.hardware, mesh, dim)  # what a transfer reaches on it: its bus bandwidth
         out[f"pred/comm_busbw_gbs/{dim}"] = link.bandwidth_gbs * link.efficiency
-    if "dp" in moved.payload:
-        out["pred/ring_bytes_per_step/dp"] = ring_allreduce_bytes(moved.payload["dp"], mesh.dp)
+    for key, payload in moved.by_collective.items():  # sharded dp: "dp/all_gather" and the like
+        out[f"pred/comm_bytes_per_step/{key}"] = payload
+    if "dp" in moved.payload:  # a ring's bytes on each rank's link, each collective as it runs
+        out["pred/ring_bytes_per_step/dp"] = dp_wire_bytes(job, moved)
     if mesh.pp > 1:
         out["bubble_fraction_theory"] = pipeline_bubble(job)
     return out
@@ -66,6 +68,7 @@ def plan(job: Job) -> dict[str, Any]:
         "world_size": mesh.world,
         "mem_per_device_gib": memory_per_device_gib(job),
         "comm_bytes_per_step": {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        "comm_bytes_by_collective": dict(moved.by_collective),  # sharded dp's (parallel.shard)
         "comm_time_s": {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
         "comm_hidden_s": {d: time.hidden_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
         "time_by_part_s": time.parts,

@@ -7,11 +7,21 @@ same 16 bytes a parameter before the copies.) Activations as the model's spec co
 (the decoder's: Korthikanti et al. 2022) for the micro-batches a stage holds in flight: the first
 pipeline stage holds min(m, p) micro-batches under 1F1B, all m under GPipe; what each holds
 depends on trainer.recompute (runner/models/recompute.py).
+
+Sharded data parallelism (parallel.shard, n = dp ranks): optimizer splits the optimizer state
+n ways; gradients the gradients too, the weights whole (gathered from forward to the end of
+backward) beside FSDP's shards of them (1/n more); full the weights too: 1/n of them, the root's
+gathered (the decoder's embedding, never resharded) and two layers' (the one computing, the one
+prefetched: the largest two) - with several micro-batches the runtime keeps them gathered as
+gradients does. Both add one unit's whole gradients twice, as backward makes them and as the
+reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight
+is saved for backward, which freeing the fp32 weight does not free.
 """
 
 from __future__ import annotations
 
 from runner.job import Job
+from runner.layouts.sharded.traffic import regathers, units
 from runner.models.spec import Activations
 from runner.precision import PARAM_BYTES, precision_of
 
@@ -51,8 +61,30 @@ def activation_bytes(job: Job) -> float:
     return job.spec.activation_bytes(job.model, held)
 
 
+def weights_held(job: Job) -> float:
+    """The most fp32 weights any rank holds at once under ZeRO-3 (the module's docstring)."""
+    n, held = job.mesh.dp, [0.0] * job.mesh.pp
+    for i in range(len(job.stages)):
+        u = units(job, i)
+        held[i % job.mesh.pp] += u.total / n + u.root + sum(sorted(u.layers)[-2:])
+    return max(held)
+
+
+def largest_unit(job: Job) -> int:
+    """FSDP's largest unit on any rank, in parameters: backward makes its whole gradients, and the
+    reduce-scatter copies them into its input before they are freed (two of it at once)."""
+    return max(max([u.root, *u.layers]) for u in (units(job, i) for i in range(len(job.stages))))
+
+
 def memory_per_device_gib(job: Job) -> dict[str, float]:
     params, precision = params_per_device(job), precision_of(job.trainer)
+    shard, n = job.shard, job.mesh.dp
+    split = {  # the parts each level splits n ways
+        "none": (),
+        "optimizer": ("optimizer_state",),
+        "gradients": ("optimizer_state", "gradients"),
+        "full": ("optimizer_state", "gradients"),
+    }[shard]
     out = {
         "weights": params * PARAM_BYTES / GIB,
         "weight_copies": params * precision.weight_copy_bytes / GIB,
@@ -60,6 +92,13 @@ def memory_per_device_gib(job: Job) -> dict[str, float]:
         "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer) / GIB,
         "activations": activation_bytes(job) / GIB,
     }
+    out |= {part: out[part] / n for part in split}
+    if regathers(job):
+        out["weights"] = weights_held(job) * PARAM_BYTES / GIB
+    elif shard in ("gradients", "full"):  # FSDP's shards, and every unit gathered beside them
+        out["weights"] *= 1 + 1 / n
+    if shard in ("gradients", "full"):
+        out["gradients"] += 2 * largest_unit(job) * PARAM_BYTES / GIB
     return out | {"total": sum(out.values())}
 
 

@@ -6,6 +6,8 @@ Planned only (plan.scatter_gather): training runs send the whole activation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.job import Job
 from runner.layouts.traffic import Traffic
 
@@ -20,4 +22,4 @@ def scatter_gather(job: Job, moved: Traffic) -> Traffic:
     # (2(t-1)/t of the payload): so S/2 of all-reduce payload, one call per receive.
     payload = moved.payload | {"pp": sent / t, "tp": moved.payload.get("tp", 0.0) + sent / 2}
     calls = moved.calls | {"tp": moved.calls.get("tp", 0.0) + moved.calls["pp"]}
-    return Traffic(payload, calls, moved.tail)
+    return replace(moved, payload=payload, calls=calls)

@@ -10,7 +10,12 @@ for MFU are counted apart (6 per parameter and token, Kaplan et al. 2020; attent
 Communication: tensor-parallel and pipeline transfers sit between the computations that need
 them, so all of their time counts. DDP all-reduces a bucket while backward computes the next, so
 data-parallel time shows only where it outlasts the last micro-batch's backward, and never less
-than the last bucket's, which starts when backward ends.
+than the last bucket's, which starts when backward ends. Sharded data parallelism
+(parallel.shard, runner/layouts/sharded/traffic.py): ZeRO-1's all-reduce as DDP's, its broadcast
+after the step whole; FSDP's gathers before the first layer computes (the root's and the first
+layer's) and its last reduce-scatters (theirs, after backward) whole, the rest hidden up to the
+compute beside them: the first micro-batch's forward for forward all-gathers, the last one's
+backward for backward all-gathers and reduce-scatters.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runner.job import Job
+from runner.layouts.sharded.traffic import Collective, collectives
 from runner.layouts.traffic import Traffic
 from runner.planner import gemm
 from runner.planner.hardware import device_share, software_stretch, tier, transfer_s
@@ -138,9 +144,22 @@ def split_layer_passes(job: Job) -> float:
     return passes * job.microbatches / job.mesh.pp
 
 
-def wire_bytes(dim: str, payload: float, n: int) -> float:
-    """A ring all-reduce puts 2(n-1)/n of the payload on the wire; P2P sends all of it."""
-    return payload if dim == "pp" else 2 * (n - 1) / n * payload
+def wire_bytes(dim: str, payload: float, n: int, collective: str = "all_reduce") -> float:
+    """Bytes on each rank's link for a payload S (nccl-tests' bus bytes): a ring all-reduce
+    2(n-1)/n S, an all-gather or a reduce-scatter (n-1)/n S; a ring broadcast carries its
+    payload once, S; P2P sends all of it."""
+    if dim == "pp" or collective == "broadcast":
+        return payload
+    ring = 2 if collective == "all_reduce" else 1
+    return ring * (n - 1) / n * payload
+
+
+def dp_wire_bytes(job: Job, traffic: Traffic) -> float:
+    """Data parallelism's bytes on each rank's link, its collectives each priced as they run."""
+    n, named = job.mesh.dp, traffic.by_collective
+    if not named:
+        return wire_bytes("dp", traffic.payload.get("dp", 0.0), n)
+    return sum(wire_bytes("dp", s, n, key.split("/")[1]) for key, s in named.items())
 
 
 def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float], dict[str, float]]:
@@ -149,13 +168,47 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
     exposed, hidden = {}, {}
     for dim, payload in traffic.payload.items():
         n, link = getattr(mesh, dim), tier(hw, mesh, dim)
+        if dim == "dp" and job.shard != "none":
+            exposed[dim], hidden[dim] = sharded_s(job, traffic, compute)
+            continue
         total = transfer_s(link, traffic.calls[dim], wire_bytes(dim, payload, n))
         exposed[dim] = total
         if dim == "dp" and dim in traffic.tail:
-            last = transfer_s(link, 1, wire_bytes(dim, traffic.tail[dim], n))
-            backward = compute * backward_share(job) / job.microbatches  # the last micro-batch's
-            exposed[dim] = max(last, total - backward)
-            hidden[dim] = total - exposed[dim]
+            exposed[dim], hidden[dim] = ddp_s(job, total, traffic.tail[dim], compute)
+    return exposed, hidden
+
+
+def ddp_s(job: Job, total: float, tail: float, compute: float) -> tuple[float, float]:
+    """DDP's all-reduce time exposed and hidden: all but its last bucket hides behind the last
+    micro-batch's backward."""
+    link = tier(job.hardware, job.mesh, "dp")
+    last = transfer_s(link, 1, wire_bytes("dp", tail, job.mesh.dp))
+    backward = compute * backward_share(job) / job.microbatches  # the last micro-batch's
+    exposed = max(last, total - backward)
+    return exposed, total - exposed
+
+
+def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]:
+    """Sharded data parallelism's time exposed and hidden (the module's docstring)."""
+    n, link = job.mesh.dp, tier(job.hardware, job.mesh, "dp")
+    own = collectives(job)
+
+    def seconds(c: Collective, calls: float, payload: float) -> float:
+        return transfer_s(link, calls, wire_bytes("dp", payload, n, c.name))
+
+    exposed = hidden = 0.0
+    if "dp/all_reduce" in traffic.by_collective:  # ZeRO-1: DDP's all-reduce, as without it
+        calls = traffic.calls["dp"] - sum(c.calls for c in own)
+        total = transfer_s(link, calls, wire_bytes("dp", traffic.by_collective["dp/all_reduce"], n))
+        exposed, hidden = ddp_s(job, total, traffic.tail["dp"], compute)
+    forward = compute * (1 - backward_share(job)) / job.microbatches
+    beside = {"forward": forward, "backward": compute * backward_share(job) / job.microbatches}
+    for during in ("forward", "backward", "after"):
+        mine = [c for c in own if c.during == during]
+        total = sum(seconds(c, c.calls, c.payload) for c in mine)
+        edge = sum(seconds(c, c.edge_calls, c.edge) for c in mine)
+        shown = edge + max(0.0, total - edge - beside.get(during, 0.0))  # "after": no compute
+        exposed, hidden = exposed + shown, hidden + total - shown
     return exposed, hidden
 
 

@@ -23,7 +23,7 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import DataLoader
 
-from runner import layouts
+from runner import layouts, preemption
 from runner.allocator import keep_freed_memory
 from runner.cluster import exit_on_sigterm, global_rank, world_size
 from runner.compat.lightning import replace_sigterm_handling
@@ -131,6 +131,20 @@ class StepLogger(MLFlowLogger):
         super().finalize(status)
 
 
+def cluster_environment() -> list[Any]:
+    """Who told this rank its place. Ranks that torch's elastic launcher started (the runner's
+    own, or torchrun's) read it from there, even inside a SLURM job (a sweep's job that SLURM gave
+    one task, whose ranks the runner starts): Lightning would take SLURM's one task for the job.
+    Under srun, Lightning's SLURM environment without its own requeue: it would answer the time
+    limit's signal with a checkpoint and a requeue of its own, beside the runner's
+    (runner/preemption.py)."""
+    from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    if TorchElasticEnvironment.detect():
+        return [TorchElasticEnvironment()]
+    return [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+
+
 def build_trainer(
     cfg: DictConfig,
     run_id: str | None,
@@ -156,12 +170,14 @@ def build_trainer(
         max_steps=t.max_steps - start,
         max_epochs=-1,
         logger=logger,
-        # The fault first: a rank that hangs at a step has not reached it.
+        plugins=cluster_environment(),
+        # The fault first: a rank that hangs at a step has not reached it. The snapshots before
+        # the progress: a write that failed at a step's end ends the run before the next starts.
         callbacks=[
             FaultInjection(cfg.fault, start),
+            snapshots,
             Progress(progress, start),
             timing,
-            snapshots,
             *([ProgressBar()] if t.progress_bar else []),
         ],
         log_every_n_steps=1,
@@ -220,6 +236,7 @@ def train(
 ) -> dict[str, float]:
     """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
     set_process(cfg)
+    preemption.listen()
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
     splits: Splits = instantiate(cfg.data, _convert_="all")
     module = TrainModule(

@@ -1,5 +1,7 @@
 """Data parallelism's traffic: every gradient a rank holds is all-reduced once per step, one call
-per DDP bucket. Gradients are fp32 at every precision (runner/precision.py)."""
+per DDP bucket. Gradients are fp32 at every precision (runner/precision.py). So under
+parallel.shard none and optimizer (ZeRO-1 adds its broadcast: runner/layouts/sharded/traffic.py);
+FSDP (gradients, full) runs no all-reduce."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
 
 def traffic(job: Job) -> Traffic:
     mesh, stages, elem = job.mesh, job.stages, PARAM_BYTES
-    if mesh.dp < 2:
+    if mesh.dp < 2 or job.shard in ("gradients", "full"):
         return Traffic()
     last = len(stages) - 1
     per_stage = [
@@ -42,4 +44,6 @@ def traffic(job: Job) -> Traffic:
     cap = job.parallel.bucket_cap_mb
     per_bucket = [buckets([n * elem for n in t], cap) for t in per_stage]
     calls = fmean(len(b) for b in per_bucket)
-    return Traffic({"dp": payload}, {"dp": calls}, {"dp": fmean(b[-1] for b in per_bucket)})
+    tail = {"dp": fmean(b[-1] for b in per_bucket)}
+    named = {"dp/all_reduce": payload} if job.shard != "none" else {}
+    return Traffic({"dp": payload}, {"dp": calls}, tail, named)

@@ -24,7 +24,7 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.tensor import DTensor
 
-from runner import clock
+from runner import clock, preemption
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
 from runner.layouts import backend, timeout
@@ -80,6 +80,7 @@ class PipelineStrategy(MeshStrategy):
         module = self.lightning_module
         module.automatic_optimization = False  # the schedule runs forward and backward
         full, n_stages, pp = module.model, len(self.layers), self.shape.pp
+        self.unit_list = self.units(full)
         self.stage_ids = stages_of(self.coords["pp"], pp, self.virtual)
         parts = [
             self.split_layers(stage_module(self.spec, full, s, self.layers)) for s in self.stage_ids
@@ -176,6 +177,15 @@ class PipelineStrategy(MeshStrategy):
         dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
         return loss, [Transfer("", "all-reduce", start, clock.stamp())]
 
+    def _agree_on_stop(self) -> Transfer:
+        """Whether any rank was asked to stop (runner/preemption.py), agreed by every rank: the
+        schedule has no mean over ranks of its own to carry it."""
+        start = clock.stamp()
+        stop = torch.full((), float(preemption.requested()), device=self.root_device)
+        dist.all_reduce(stop)
+        self.lightning_module.stop_agreed = stop
+        return Transfer("", "all-reduce", start, clock.stamp())
+
     def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         optimizer = self.lightning_module.optimizers()  # Lightning's wrapper counts the step
         optimizer.zero_grad()
@@ -187,6 +197,7 @@ class PipelineStrategy(MeshStrategy):
         optimizer.step()
         optimizer_end = clock.stamp()
         loss, broadcast = self._from_last_stage(loss)
+        broadcast.append(self._agree_on_stop())
         actions, sent, sends = self.trace.take()
         self.last_schedule = Schedule(
             (start, window_end),
@@ -220,6 +231,8 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         p.vocab_parallel,
         shape=mesh,
         bucket_cap_mb=p.bucket_cap_mb,
+        shard=p.shard,
+        units=spec_for(cfg.model).recompute_units,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

@@ -27,25 +27,36 @@ from runner.launch import bind_gloo_to_loopback
 from runner.layouts import backend, timeout
 from runner.layouts.data.probe import hook_buckets
 from runner.layouts.probes import Transfer
+from runner.layouts.sharded import probe as sharded_probe
+from runner.layouts.sharded.shard import ZeroOptimizer, shard_module, zero_optimizer
 from runner.layouts.tensor import probe as collectives
 from runner.mesh import DIMS, Mesh
 from runner.models.registry import spec_for
+from runner.models.spec import ModelSpec
 
 
 class MeshStrategy(DDPStrategy):
     strategy_name = "mesh"
+    microbatches = 1  # a pipeline's, or gradient accumulation's (the pipeline strategy's)
 
     def __init__(
         self,
         shape: Mesh,
         parallelize: Callable[[nn.Module, DeviceMesh], nn.Module],
         bucket_cap_mb: float | None = None,
+        shard: str = "none",
+        units: Callable[[nn.Module], list[nn.Module]] = lambda model: [],
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
         super().__init__(start_method="popen", **kw)
         self.shape, self.bucket_cap_mb = shape, bucket_cap_mb
         self.parallelize = parallelize  # the model's tensor-parallel plan
+        # parallel.shard (runner/layouts/sharded/), FSDP's units: the model spec's, found in the
+        # whole model before it is split (`units` of it), and the FSDP modules made of them
+        self.shard, self.units = (shard if shape.dp > 1 else "none"), units
+        self.unit_list: list[nn.Module] = []
+        self.fsdp: list[Any] = []
         self.device_mesh: DeviceMesh | None = None
         self.replicas: list[DistributedDataParallel] = []  # their buckets are probed
         # (owner module, attribute, local shard) of every tensor-parallel parameter that DDP
@@ -88,6 +99,10 @@ class MeshStrategy(DDPStrategy):
         """DDP over the data-parallel dimension; the module itself with one replica."""
         if self.shape.dp == 1:
             return module
+        if self.shard in ("gradients", "full"):
+            dp = self.device_mesh["dp"]
+            self.fsdp += shard_module(module, self.unit_list, dp, self.shard, self.microbatches)
+            return module
         gpu = self.root_device.type == "cuda"
         split = any(isinstance(p, DTensor) for p in module.parameters())
         replica = DistributedDataParallel(
@@ -119,12 +134,30 @@ class MeshStrategy(DDPStrategy):
         DTensor runs for the split layers."""
         for replica in self.replicas:
             hook_buckets(replica, record)
+        sharded_probe.install(self.fsdp, record, gpu=self.root_device.type == "cuda")
+        for optimizer in self.optimizers:
+            if isinstance(optimizer, ZeroOptimizer):
+                optimizer.record = record
         if self.shape.tp > 1:
             collectives.install(record)
 
     def configure_ddp(self) -> None:
         module = self.lightning_module
+        self.unit_list = self.units(module.model)
         module.model = self.replicate(self.split_layers(module.model))
+
+    def on_validation_end(self) -> None:
+        """Validation's forward gathered FSDP's weights, and no backward freed them: free them, so
+        that every training step gathers what the one before it did."""
+        super().on_validation_end()
+        for module in self.fsdp:
+            module.reshard()
+
+    def setup_optimizers(self, trainer: Any) -> None:
+        super().setup_optimizers(trainer)
+        if self.shard == "optimizer":  # ZeRO-1: each replica steps its share of the state
+            group = self.device_mesh["dp"].get_group()
+            self.optimizers = [zero_optimizer(o, group) for o in self.optimizers]
 
     def teardown(self) -> None:
         failing = sys.exc_info()[1]  # after a failed step, Lightning tears down in its handler
@@ -142,10 +175,15 @@ class MeshStrategy(DDPStrategy):
 
 
 def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
+    # A model of the user's (no spec) may be sharded, as one unit; it has no tensor-parallel plan
+    # (refused before launch: runner/layouts/rules.py).
+    spec = spec_for(cfg.model) or ModelSpec(name="", config=object)
     return MeshStrategy(
         mesh,
-        partial(spec_for(cfg.model).parallelize, vocab_parallel=cfg.parallel.vocab_parallel),
+        partial(spec.parallelize, vocab_parallel=cfg.parallel.vocab_parallel),
         cfg.parallel.bucket_cap_mb,
+        cfg.parallel.shard,
+        spec.recompute_units,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

@@ -16,8 +16,11 @@ class FaultInjection(pl.Callback):
             fault.at_step,
         )
         self.resumed = start > 0  # a run resumed after its fault is not failed again
+        self.preempt_at = fault.get("preempt_at_step")
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: object) -> None:
+        if trainer.global_step == self.preempt_at and not self.resumed:
+            os.kill(os.getpid(), signal.SIGUSR1)  # every rank, as SLURM signals every task
         if self.resumed or trainer.global_step != self.at_step:
             return
         if trainer.global_rank == self.kill_rank:

@@ -33,6 +33,11 @@ from runner.training.callbacks.memory import PeakMemory
 from runner.training.sampled_profile import FRACTIONS, SampledProfile
 
 
+def collective(kind: str) -> str:
+    """A metric's name for a transfer's kind: "dp all-gather" -> all_gather."""
+    return kind.split()[-1].replace("-", "_")
+
+
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
     """A step's wall time split as docs/measurement.md defines it: idle = wall - compute."""
     return {
@@ -57,7 +62,8 @@ class Step:
     schedule: Schedule | None = None  # a step a schedule ran as actions (a pipeline's)
 
     def overlapped(self) -> list[Transfer]:
-        return [t for t in self.transfers if not t.blocking]
+        """Transfers waited for when the phase ends (DDP's buckets)."""
+        return [t for t in self.transfers if not t.blocking and not t.apart]
 
     @property
     def last_launch(self) -> float:
@@ -72,6 +78,11 @@ class Step:
         for t in self.transfers:
             if t.dim:
                 out[f"comm_bytes_{t.dim}"] += t.nbytes
+        if any(t.dim == "dp" and t.kind != "all-reduce" and t.nbytes for t in self.transfers):
+            for t in self.transfers:  # sharded: named by collective, as the planner predicts them
+                if t.dim == "dp" and t.nbytes:
+                    key = f"comm_bytes_dp/{collective(t.kind)}"
+                    out[key] = out.get(key, 0.0) + t.nbytes
         for dim in ("dp", "tp"):  # collectives; a pipeline's P2P sends: p2p_bandwidth
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
@@ -202,9 +213,10 @@ class LoopTiming(pl.Callback):
     def rank_summary(self) -> dict[str, Any]:
         loops = [s.next_start - s.start for s in self.looped() if s.next_start]
         figures = {"loop_time_s": fmean(loops)} if loops else {}
-        peak = self.memory.peak_gib()
-        if peak is not None:
-            figures["peak_memory_gib"] = peak
+        for key, peak in (("peak_memory_gib", self.memory.peak_gib()),
+                          ("peak_allocated_gib", self.memory.peak_allocated_gib())):  # fmt: skip
+            if peak is not None:
+                figures[key] = peak
         figures |= self.profile.summary()
         return {"figures": figures, "spans": [], "trace": self.profile.trace}
 
@@ -239,6 +251,8 @@ class RankTiming(LoopTiming):
     def _record(self, transfer: Transfer) -> None:
         if self.in_step:  # validation's forward runs collectives too: not part of a step
             self.steps[-1].transfers.append(transfer)
+            if transfer.dim == "dp":  # gradients made, FSDP's weights gathered or freed
+                self.memory.sample()
 
     def _wrap_reduce(self, strategy: Any) -> None:
         """Time Lightning's reductions for logging, inside a step (validation's are not)."""
@@ -255,12 +269,18 @@ class RankTiming(LoopTiming):
     # --- the step's boundaries ---
     def on_before_backward(self, *_: Any) -> None:
         self.steps[-1].before_backward = clock.stamp()
+        self.memory.sample()  # forward's activations all held
 
     def on_after_backward(self, *_: Any) -> None:
         self.steps[-1].after_backward = clock.stamp()
+        self.memory.sample()
 
     def on_before_optimizer_step(self, *_: Any) -> None:
         self.steps[-1].before_optimizer = clock.stamp()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self.memory.sample()  # the optimizer's state made, its step's temporaries
+        super().on_train_batch_end(trainer, *args)
 
     def attach(self, trainer: pl.Trainer, step: "Step") -> None:
         # A strategy that runs its steps as a schedule (the pipeline's) hands over its record.
@@ -271,7 +291,10 @@ class RankTiming(LoopTiming):
         summary = super().rank_summary()
         per_step = [s.figures() for s in self.looped()]
         if per_step:
-            summary["figures"] |= {k: fmean(f[k] for f in per_step) for k in per_step[0]}
+            # A step without some collective moved none of its bytes (FSDP's weights may still be
+            # gathered from the step before): zero for it, not missing.
+            keys = {k: None for f in per_step for k in f}
+            summary["figures"] |= {k: fmean(f.get(k, 0.0) for f in per_step) for k in keys}
         shown = self.steps[self.warmup_steps :][: self.timeline_steps]
         return summary | {"spans": [s.spans(self.origin) for s in shown]}
 
@@ -322,9 +345,10 @@ def combine(
             out[key] = fmean(r[key] for r in per_rank)
             out[f"{key}_max"] = max(r[key] for r in per_rank)
             out |= {f"rank_{i}/{key}": r[key] for i, r in enumerate(per_rank)}
-    if "peak_memory_gib" in per_rank[0]:  # the busiest rank's: what must fit on every device
-        out["peak_memory_gib"] = max(r["peak_memory_gib"] for r in per_rank)
-        out |= {f"rank_{i}/peak_memory_gib": r["peak_memory_gib"] for i, r in enumerate(per_rank)}
+    for key in ("peak_memory_gib", "peak_allocated_gib"):
+        if key in per_rank[0]:  # the busiest rank's: what must fit on every device
+            out[key] = max(r[key] for r in per_rank)
+            out |= {f"rank_{i}/{key}": r[key] for i, r in enumerate(per_rank)}
     if "step_time_s" not in per_rank[0]:  # trainer.measure=false: the loop's intervals only
         return out
     means = ("step_time_s", "compute_time_s", "comm_time_s", "idle_time_s")
@@ -336,6 +360,11 @@ def combine(
         sizes = [r.get(f"comm_bytes_{dim}", 0.0) for r in per_rank]
         if any(sizes):
             out[f"comm_bytes_per_step/{dim}"] = fmean(sizes)
+    named = sorted({k for r in per_rank for k in r if k.startswith("comm_bytes_dp/")})
+    for key in named:
+        out[f"comm_bytes_per_step/dp/{key.split('/')[1]}"] = fmean(
+            r.get(key, 0.0) for r in per_rank
+        )
     out |= bandwidths(per_rank, dims or {})
     if "bubble_fraction" in per_rank[0]:
         out["bubble_fraction_measured"] = fmean(r["bubble_fraction"] for r in per_rank)

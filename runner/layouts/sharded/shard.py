@@ -1,0 +1,89 @@
+"""Sharded data parallelism on the mesh's dp dimension, by torch's own implementations.
+
+- `optimizer` (ZeRO-1): DDP as for `none`, and torch's ZeroRedundancyOptimizer: each replica keeps
+  and steps the optimizer state of its share of the parameters, then broadcasts those parameters
+  to the others.
+- `gradients` (ZeRO-2) and `full` (ZeRO-3, FSDP): FSDP2's `fully_shard` on each unit of the model
+  (the spec's units: the decoder's blocks, the FFNN's Linear layers), then on the whole (the rest:
+  the decoder's embedding). Gradients are reduce-scattered, and each replica's optimizer steps its
+  shard. `full` frees a unit's gathered weights after its forward and gathers them again for its
+  backward; `gradients` keeps them from forward to the end of backward. The whole's own weights
+  are kept (backward needs the embedding first). With several micro-batches (a pipeline, gradient
+  accumulation) every unit keeps them as `gradients` does, as torchtitan does: `full` would
+  gather them for every micro-batch's forward and backward.
+Each unit asks for the next one's weights before it runs (prefetch: forward and backward); on a
+CPU the gather runs in gloo's thread beside the rank's compute (`_set_unshard_async_op`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+from runner import clock
+from runner.layouts.probes import Transfer
+from runner.layouts.sharded.probe import Recorder
+
+
+def shard_module(
+    module: nn.Module, units: list[nn.Module], mesh: DeviceMesh, level: str, microbatches: int
+) -> list[FSDPModule]:
+    """FSDP2 over `mesh` (the dp dimension) on `units` (those inside `module`), then `module`.
+    Returns every FSDP module, the whole last."""
+    inside = [u for u in units if any(u is m for m in module.modules())]
+    free = level == "full" and microbatches == 1
+    for unit in inside:
+        fully_shard(unit, mesh=mesh, reshard_after_forward=free)
+    fully_shard(module, mesh=mesh, reshard_after_forward=False)
+    for before, after in zip(inside, inside[1:], strict=False):
+        before.set_modules_to_forward_prefetch([after])
+        after.set_modules_to_backward_prefetch([before])
+    if inside:
+        # The first unit's too (the whole, gathered by then: nothing moves). Left implicit, FSDP
+        # would prefetch by the order of forwards since the last backward, which an evaluation's
+        # forwards lengthen: the first backward after one gathered a unit twice.
+        inside[0].set_modules_to_backward_prefetch([module])  # type: ignore[list-item]
+    gather_beside_compute(module)
+    return [*inside, module]  # type: ignore[list-item]
+
+
+def gather_beside_compute(module: nn.Module) -> None:
+    """On a CPU, FSDP's all-gathers return at once: gloo runs them in its own thread, beside the
+    rank's compute. A private setter of torch's: where a release lacks it, they return when
+    done, and nothing is prefetched behind compute."""
+    setter = getattr(module, "_set_unshard_async_op", None)
+    if setter is not None and next(module.parameters()).device.type == "cpu":
+        setter(True)
+
+
+class ZeroOptimizer(ZeroRedundancyOptimizer):
+    """torch's ZeRO-1, its broadcast of the updated parameters timed (one blocking transfer: the
+    rank waits for every one of them before the step ends)."""
+
+    record: Recorder | None = None
+
+    def _sync_params(self) -> None:
+        start = clock.stamp()
+        super()._sync_params()
+        if self.record is not None:
+            sent = sum(p.numel() * p.element_size() for g in self.param_groups for p in g["params"])
+            self.record(Transfer("dp", "dp broadcast", start, clock.stamp(), sent))
+
+
+def zero_optimizer(optimizer: Any, group: dist.ProcessGroup) -> ZeroOptimizer:
+    """`optimizer`'s kind and settings, its state split over `group`'s ranks."""
+    # Its defaults, as far as its constructor takes them (AdamW keeps one it does not take)
+    accepted = inspect.signature(type(optimizer)).parameters
+    settings = {k: v for k, v in optimizer.defaults.items() if k in accepted and k != "params"}
+    return ZeroOptimizer(
+        [p for g in optimizer.param_groups for p in g["params"]],
+        optimizer_class=type(optimizer),
+        process_group=group,
+        **settings,
+    )

@@ -1,0 +1,133 @@
+"""Sharded data parallelism's traffic (parallel.shard), per rank and step, beside DDP's all-reduce
+(runner/layouts/data/traffic.py, which keeps `none` and ZeRO-1's all-reduce). P: the fp32 bytes
+of the parameters a rank holds, DDP's payload (a mean over pipeline ranks).
+
+- optimizer (ZeRO-1): after the step each parameter is broadcast from the rank that owns it: P
+  in all, one call per parameter tensor.
+- gradients (ZeRO-2): P all-gathered in forward, P reduce-scattered in backward, one call of
+  each per FSDP unit that holds parameters: each layer (the spec's recompute units: the
+  decoder's blocks, the FFNN's Linear layers) and the stage's root (the rest: the decoder's tied
+  embedding on the end stages; a model without units is all root).
+- full (ZeRO-3): as gradients, and every unit but the root (whose weights stay gathered)
+  all-gathered again for backward. With several micro-batches (a pipeline, gradient
+  accumulation) the runtime keeps the weights from forward to backward: as gradients.
+
+Payload S as nccl-tests names it: an all-gather's output, a reduce-scatter's input. FSDP pads a
+tensor whose first dimension does not divide by dp; the padding is not counted. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import fmean
+
+from runner.job import Job
+from runner.layouts.traffic import Traffic
+from runner.models.spec import ModelSpec
+from runner.precision import PARAM_BYTES
+
+
+@dataclass(frozen=True)
+class Units:
+    """One stage's FSDP units on one tensor-parallel rank, in parameters: the root's own, all the
+    layers', and each layer's alone, in forward order (a tensor-parallel FFNN pair's layer counts
+    whole alone: an upper bound, used for the edge and the largest unit only)."""
+
+    root: int
+    inner: int
+    layers: list[int]
+
+    @property
+    def total(self) -> int:
+        return self.root + self.inner
+
+    @property
+    def edge(self) -> int:
+        """The units gathered before the stage's first layer computes (and reduce-scattered
+        after its backward ends): the root, and the first layer."""
+        return self.root + (self.layers[0] if self.layers else 0)
+
+    @property
+    def edge_calls(self) -> int:
+        return (self.root > 0) + bool(self.layers)
+
+    @property
+    def calls(self) -> int:
+        """One collective per unit that holds parameters."""
+        return (self.root > 0) + len(self.layers)
+
+
+def units(job: Job, index: int) -> Units:
+    """Stage `index`'s units. The root is what the stage holds beyond its layers (what `ends`
+    adds: the decoder's tied embedding), or everything for a model without units."""
+    spec, m, tp, vocab_tp = job.spec, job.model, job.mesh.tp, job.vocab_tp
+    layers, last = job.stages[index], len(job.stages) - 1
+    whole = sum(spec.stage_tensors(m, layers, index in (0, last), tp, vocab_tp))
+    if type(spec).recompute_units is ModelSpec.recompute_units:  # no units: all root
+        return Units(whole, 0, [])
+    inner = sum(spec.stage_tensors(m, layers, False, tp, vocab_tp))
+    alone = [sum(spec.stage_tensors(m, range(i, i + 1), False, tp, vocab_tp)) for i in layers]
+    return Units(whole - inner, inner, alone)
+
+
+def regathers(job: Job) -> bool:
+    """Whether backward gathers the layers' weights again (ZeRO-3 with one micro-batch)."""
+    return job.shard == "full" and job.microbatches == 1
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective in one pass, per rank and step (means over pipeline ranks): bytes
+    and calls, and `edge`/`edge_calls`, the part that runs while no compute does."""
+
+    name: str  # all_gather | reduce_scatter | broadcast
+    during: str  # forward | backward | after (the step's compute)
+    payload: float
+    calls: float
+    edge: float = 0.0
+    edge_calls: float = 0.0
+
+
+def collectives(job: Job) -> list[Collective]:
+    """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py)."""
+    shard, pp, last = job.shard, job.mesh.pp, len(job.stages) - 1
+    if shard == "none":
+        return []
+    if shard == "optimizer":
+        m, tp, vocab_tp = job.model, job.mesh.tp, job.vocab_tp
+        tensors = [
+            job.spec.stage_tensors(m, s, i in (0, last), tp, vocab_tp)
+            for i, s in enumerate(job.stages)
+        ]
+        sent = sum(sum(t) for t in tensors) * PARAM_BYTES / pp
+        calls = sum(len(t) for t in tensors) / pp
+        return [Collective("broadcast", "after", sent, calls, sent, calls)]
+    stages = [units(job, i) for i in range(len(job.stages))]
+    total = sum(u.total for u in stages) * PARAM_BYTES / pp
+    calls = sum(u.calls for u in stages) / pp
+    edge = fmean(u.edge for u in stages) * PARAM_BYTES  # one stage's: a rank starts one first
+    edge_calls = fmean(u.edge_calls for u in stages)
+    out = [
+        Collective("all_gather", "forward", total, calls, edge, edge_calls),
+        Collective("reduce_scatter", "backward", total, calls, edge, edge_calls),
+    ]
+    if regathers(job):  # every layer again, the root's weights kept
+        again = sum(u.inner for u in stages) * PARAM_BYTES / pp
+        layers = sum(len(u.layers) for u in stages) / pp
+        out.append(Collective("all_gather", "backward", again, layers))
+    return out
+
+
+def traffic(job: Job) -> Traffic:
+    """The sharded collectives' dp payload and calls, each collective's bytes apart."""
+    found = collectives(job)
+    if not found:
+        return Traffic()
+    by_collective: dict[str, float] = {}
+    for c in found:
+        by_collective[f"dp/{c.name}"] = by_collective.get(f"dp/{c.name}", 0.0) + c.payload
+    return Traffic(
+        {"dp": sum(c.payload for c in found)},
+        {"dp": sum(c.calls for c in found)},
+        by_collective=by_collective,
+    )

@@ -1,0 +1,173 @@
+"""The planner's sharded data parallelism (parallel.shard): each level's collectives, their bytes
+on the wire and their exposure, and the memory each level saves, against arithmetic from the
+models' shapes (runner/layouts/sharded/traffic.py). Planned only: no process starts."""
+
+import pytest
+
+from runner import validate
+from runner.job import resolve_job
+from runner.planner import plan, predict
+from runner.planner.hardware import tier, transfer_s
+from runner.planner.memory import GIB
+from tests.conftest import compose_job
+
+# The default decoder: d_model 128, 2 blocks, vocabulary 2048. A block: Q, K, V and the output
+# projection (d x d, biases), two LayerNorms (2d each), up (d x 4d, bias 4d), down (4d x d, bias d).
+D = 128
+BLOCK = 4 * (D * D + D) + 2 * 2 * D + (4 * D * D + 4 * D) + (4 * D * D + D)
+EMB = 2048 * D  # tied: the embedding is the output layer
+DECODER_P = 4 * (EMB + 2 * BLOCK)  # fp32 bytes a replica holds
+DECODER_TENSORS = 1 + 2 * 16  # the embedding; each block's 8 weights and 8 biases
+# The default FFNN on 8x8 digits: 64 -> 64 -> 32 -> 10, a weight and a bias each.
+FFNN_P = 4 * ((64 * 64 + 64) + (64 * 32 + 32) + (32 * 10 + 10))
+
+DECODER = ["model=decoder", "parallel=data", "hardware.devices=4", "data.batch_size=32"]
+FFNN = ["model=ffnn", "parallel=data", "hardware.devices=4", "data.batch_size=64"]
+
+
+def job_of(*overrides: str):  # noqa: ANN201 - a Job
+    cfg, _ = compose_job("mode=plan", *overrides)
+    validate.validate(cfg)
+    return resolve_job(cfg)
+
+
+def test_the_decoders_collectives_per_level() -> None:
+    assert BLOCK == 198_272 and DECODER_P == 2_634_752  # 658,688 parameters
+    moved = {level: plan(job_of(*DECODER, f"parallel.shard={level}")) for level in
+             ("none", "optimizer", "gradients", "full")}  # fmt: skip
+    assert moved["none"]["comm_bytes_per_step"]["dp"] == DECODER_P
+    assert moved["none"]["comm_bytes_by_collective"] == {}
+    # ZeRO-1: DDP's all-reduce, then every tensor broadcast from its owner.
+    assert moved["optimizer"]["comm_bytes_by_collective"] == {
+        "dp/all_reduce": DECODER_P, "dp/broadcast": DECODER_P,
+    }  # fmt: skip
+    assert moved["optimizer"]["comm_bytes_per_step"]["dp"] == 2 * DECODER_P
+    # ZeRO-2: all gathered in forward, reduce-scattered in backward, no all-reduce.
+    assert moved["gradients"]["comm_bytes_by_collective"] == {
+        "dp/all_gather": DECODER_P, "dp/reduce_scatter": DECODER_P,
+    }  # fmt: skip
+    # ZeRO-3: the blocks gathered again for backward; the root's embedding stays gathered.
+    assert moved["full"]["comm_bytes_by_collective"] == {
+        "dp/all_gather": DECODER_P + 4 * 2 * BLOCK, "dp/reduce_scatter": DECODER_P,
+    }  # fmt: skip
+    assert moved["full"]["comm_bytes_per_step"]["dp"] == 3 * DECODER_P - 4 * EMB
+
+
+def test_calls_are_tensors_for_zero1_and_units_for_fsdp() -> None:
+    calls = {
+        level: resolve_calls(*DECODER, f"parallel.shard={level}")
+        for level in ("none", "optimizer", "gradients", "full")
+    }
+    assert calls["optimizer"] == calls["none"] + DECODER_TENSORS
+    assert calls["gradients"] == 2 * 3  # the root (embedding) and 2 blocks, gathered, scattered
+    assert calls["full"] == 2 * 3 + 2  # and the blocks again for backward
+    assert resolve_calls(*FFNN, "parallel.shard=full") == 3 * 3  # 3 Linear units, no root
+
+
+def resolve_calls(*overrides: str) -> float:
+    from runner.layouts import traffic
+
+    return traffic(job_of(*overrides)).calls["dp"]
+
+
+def test_full_moves_what_gradients_moves_with_several_micro_batches() -> None:
+    accumulate = [*DECODER, "parallel.microbatches=2"]
+    full = plan(job_of(*accumulate, "parallel.shard=full"))
+    gradients = plan(job_of(*accumulate, "parallel.shard=gradients"))
+    assert full["comm_bytes_by_collective"] == gradients["comm_bytes_by_collective"]
+    assert full["mem_per_device_gib"] == gradients["mem_per_device_gib"]
+
+
+def test_training_logs_each_collective_beside_the_dp_total() -> None:
+    out = predict(job_of(*FFNN, "parallel.shard=full"))
+    assert out["pred/comm_bytes_per_step/dp/all_gather"] == 2 * FFNN_P  # no root: all again
+    assert out["pred/comm_bytes_per_step/dp/reduce_scatter"] == FFNN_P
+    assert out["pred/comm_bytes_per_step/dp"] == 3 * FFNN_P
+    assert not any("/dp/" in k for k in predict(job_of(*FFNN)))
+
+
+def test_bus_bytes_zero3_one_and_a_half_ddps_zero1_more_at_few_ranks() -> None:
+    """All-gather and reduce-scatter put (n-1)/n of S on each rank's link, an all-reduce
+    2(n-1)/n, a broadcast S: ZeRO-3's 3 x (n-1)/n P is 1.5 x DDP's at any n; ZeRO-1 adds P to
+    DDP's 2(n-1)/n P, which only large n brings to 1.5 x."""
+
+    def ring(*overrides: str) -> float:
+        return predict(job_of(*overrides))["pred/ring_bytes_per_step/dp"]
+
+    ddp = ring(*FFNN)
+    assert ddp == pytest.approx(2 * 3 / 4 * FFNN_P)
+    assert ring(*FFNN, "parallel.shard=full") == pytest.approx(1.5 * ddp)
+    assert ring(*FFNN, "parallel.shard=gradients") == pytest.approx(ddp)
+    assert ring(*FFNN, "parallel.shard=optimizer") == pytest.approx(ddp * 5 / 3)  # 1.5 + 1 over 1.5
+    # The decoder's embedding, kept gathered, is not gathered again: less than 1.5 x.
+    assert ring(*DECODER, "parallel.shard=full") / ring(*DECODER) == pytest.approx(
+        (3 * DECODER_P - 4 * EMB) / (2 * DECODER_P)
+    )
+
+
+def test_zero1s_broadcast_is_exposed_whole() -> None:
+    job = job_of(*DECODER, "parallel.shard=optimizer")
+    link = tier(job.hardware, job.mesh, "dp")
+    broadcast = transfer_s(link, DECODER_TENSORS, DECODER_P)  # a broadcast's S on the wire
+    none, zero1 = plan(job_of(*DECODER)), plan(job)
+    assert zero1["comm_time_s"]["dp"] - none["comm_time_s"]["dp"] == pytest.approx(broadcast)
+    assert zero1["comm_hidden_s"]["dp"] == pytest.approx(none["comm_hidden_s"]["dp"])
+
+
+def test_fsdp_shows_only_its_first_gathers_and_last_scatters_behind_a_long_step() -> None:
+    """A large batch computes long enough to hide all else: the root's and the first block's
+    all-gathers before forward starts, and their reduce-scatters after backward ends, show."""
+    job = job_of(*DECODER[:-1], "data.batch_size=1024", "parallel.shard=gradients")
+    link, edge = tier(job.hardware, job.mesh, "dp"), 3 / 4 * 4 * (EMB + BLOCK)
+    out = plan(job)
+    assert out["comm_time_s"]["dp"] == pytest.approx(2 * transfer_s(link, 2, edge))
+    whole = 2 * transfer_s(link, 3, 3 / 4 * DECODER_P)
+    assert out["comm_time_s"]["dp"] + out["comm_hidden_s"]["dp"] == pytest.approx(whole)
+
+
+def test_memory_falls_level_by_level() -> None:
+    layers = 8  # two blocks gathered of eight: ZeRO-3 saves weights too
+    deeper = [*DECODER, f"model.n_layers={layers}"]
+    mem = {
+        level: plan(job_of(*deeper, f"parallel.shard={level}"))["mem_per_device_gib"]
+        for level in ("none", "optimizer", "gradients", "full")
+    }
+    totals = [m["total"] for m in mem.values()]
+    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    params = EMB + layers * BLOCK
+    assert mem["none"]["optimizer_state"] == pytest.approx(8 * params / GIB)  # AdamW's moments
+    assert mem["optimizer"]["optimizer_state"] == pytest.approx(8 * params / 4 / GIB)
+    assert mem["optimizer"]["gradients"] == mem["none"]["gradients"]
+    # A quarter of them, and the largest unit's whole (the embedding) twice: as backward makes it
+    # and as the reduce-scatter's input.
+    assert mem["gradients"]["gradients"] == pytest.approx(4 * (params / 4 + 2 * EMB) / GIB)
+    assert mem["gradients"]["weights"] == pytest.approx(4 * params * (1 + 1 / 4) / GIB)
+    # ZeRO-3: its shards, the embedding gathered (the root), two blocks gathered.
+    held = params / 4 + EMB + 2 * BLOCK
+    assert mem["full"]["weights"] == pytest.approx(4 * held / GIB)
+
+
+def test_one_replica_has_nothing_to_shard() -> None:
+    alone = ["model=decoder", "parallel.shard=full"]
+    assert plan(job_of(*alone)) == plan(job_of("model=decoder"))
+
+
+def test_an_unknown_level_is_refused() -> None:
+    cfg, _ = compose_job(*DECODER, "parallel.shard=bogus")
+    with pytest.raises(validate.ConfigError) as error:
+        validate.validate(cfg)
+    assert error.value.key == "parallel.shard"
+
+
+def test_gpt3_fits_sharded_that_does_not_fit_replicated() -> None:
+    """175 B parameters on 64 replicas of 8-way tensor parallelism: DDP holds 16 bytes a
+    parameter over 8, ZeRO-3 about a 64th of it, for about three times DDP's dp payload (P
+    gathered twice, but the embedding once, and P reduce-scattered)."""
+    base = ["model=gpt3_175b", "hardware=h100_cluster", "hardware.nodes=64", "parallel.tp=8",
+            "parallel.dp=null", "data.batch_size=64", "trainer.precision=bf16-mixed",
+            "trainer.recompute=full"]  # fmt: skip
+    cfg, _ = compose_job("mode=plan", *base)
+    none, full = plan(job_of(*base)), plan(job_of(*base, "parallel.shard=full"))
+    memory = cfg.hardware.memory_gib
+    assert none["mem_per_device_gib"]["total"] > memory > full["mem_per_device_gib"]["total"]
+    assert 2.9 < full["comm_bytes_per_step"]["dp"] / none["comm_bytes_per_step"]["dp"] < 3

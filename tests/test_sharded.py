@@ -1,0 +1,159 @@
+"""Sharded data parallelism (parallel.shard): every level equals the single-process run, counts
+every all-gather, reduce-scatter, all-reduce and broadcast exactly as the planner predicts them,
+snapshots and resumes; its meshes with tensor parallelism and the pipeline do too; it holds less
+memory as the planner says, and FSDP's prefetched all-gathers run while the rank computes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from runner import validate
+from runner.snapshots import find
+from tests.conftest import (
+    QUICK,
+    all_runs,
+    assert_redone_steps_repeat,
+    compose_job,
+    forget_snapshots_of_step,
+    loss_series,
+    losses_by_step,
+    run_cli,
+    train,
+)
+
+STEPS = 20
+RELATIVE = 1e-5  # fp32: replicas' gradients add in another order (tests/test_tensor.py)
+COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
+MODELS = {
+    "decoder": ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropout=0"],
+    "ffnn": ["model=ffnn"],  # 64 -> 64 -> 32 -> 10: every first dimension divides by 2
+}
+LEVELS = ("optimizer", "gradients", "full")
+COLLECTIVES = {  # what each level runs over the dp ranks
+    "optimizer": {"all_reduce", "broadcast"},  # DDP's buckets, then ZeRO-1's updated weights
+    "gradients": {"all_gather", "reduce_scatter"},
+    "full": {"all_gather", "reduce_scatter"},
+}
+# Each level snapshots at steps 10 and 20 into a folder of its own; with step 20 removed, the
+# resumed ones redo steps 11 to 20. ZeRO-1 (each replica's own optimizer state) and FSDP (sharded
+# weights, gradients and state: DTensors) are the two ways a replica's state is saved.
+SNAPSHOTS = ["checkpoint.every_n_steps=10", "checkpoint.dir='snapshots/${parallel.shard}'"]
+RESUMED = ("optimizer", "full")
+
+
+def sweep(tmp_path: Path, store: str, *job: str) -> None:
+    done = run_cli("-m", *job, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def parallel_runs(store: str) -> list:
+    return [r for r in all_runs(store) if r.data.tags.get("world_size", "1") != "1"]
+
+
+def assert_counted_as_planned(metrics: dict[str, float], level: str, dims: tuple[str, ...]) -> None:
+    """Every collective's bytes per step, measured from what ran, equal the planner's formula."""
+    named = {k.split("/")[2] for k in metrics if k.startswith("comm_bytes_per_step/dp/")}
+    assert named == COLLECTIVES[level], level
+    for key in [f"comm_bytes_per_step/dp/{c}" for c in named] + [
+        f"comm_bytes_per_step/{d}" for d in dims
+    ]:
+        assert metrics[key] == metrics[f"pred/{key}"], (level, key)
+    parts = sum(metrics[f"comm_bytes_per_step/dp/{c}"] for c in named)
+    assert metrics["comm_bytes_per_step/dp"] == parts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["decoder", "ffnn"])
+def test_every_level_equals_the_single_process_run_and_counts_its_collectives(
+    store: str, tmp_path: Path, model: str
+) -> None:
+    job = [*MODELS[model], *COMMON, "parallel=fsdp", "hardware.devices=2"]
+    single = loss_series(store, train(*MODELS[model], *COMMON))
+    sweep(tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS)
+    if model == "decoder":
+        forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
+        sweep(tmp_path, store, *job, f"parallel.shard={','.join(RESUMED)}", *SNAPSHOTS,
+              "resume=auto")  # fmt: skip
+    runs = {r.data.params["parallel.shard"]: r for r in parallel_runs(store)}
+    assert set(runs) == set(LEVELS)
+    for level, run in runs.items():
+        losses = losses_by_step(store, run.info.run_id)
+        assert losses == pytest.approx(single, rel=RELATIVE), level
+        assert_counted_as_planned(run.data.metrics, level, ("dp",))
+        if model == "decoder" and level in RESUMED:
+            assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+    m = {level: run.data.metrics for level, run in runs.items()}
+    gathered = {
+        level: m[level]["comm_bytes_per_step/dp/all_gather"] for level in ("gradients", "full")
+    }
+    weights = m["optimizer"]["comm_bytes_per_step/dp/all_reduce"]  # every weight, fp32, once
+    assert gathered["gradients"] == weights  # gathered once, for forward and backward
+    # Full gathers every block again for its backward; the decoder's embedding (the whole's
+    # own weights) stays gathered: 2 blocks of 32 wide, 12 x 32^2 + 13 x 32 values each.
+    again = 2 * (12 * 32 * 32 + 13 * 32) * 4 if model == "decoder" else weights
+    assert gathered["full"] == weights + again
+    if model == "decoder":  # a snapshot of one level is not resumed by another
+        cfg, _ = compose_job(*job, "parallel.shard=gradients", "resume=auto",
+                             "checkpoint.dir=snapshots/full", "trainer.max_steps=30")  # fmt: skip
+        validate.validate(cfg)
+        with pytest.raises(validate.ConfigError, match="holds another shard: full"):
+            find(cfg)
+
+
+@pytest.mark.slow
+def test_sharded_meshes_with_tensor_and_pipeline_parallelism_equal_the_single_process_run(
+    store: str, tmp_path: Path
+) -> None:
+    """parallel=fsdp_tp (2 x 2: FSDP over DTensor's shards) and fsdp_3d (2 x 2 x 2)."""
+    single = loss_series(store, train(*MODELS["decoder"], *COMMON))
+    sweep(tmp_path, store, *MODELS["decoder"], *COMMON, "parallel=fsdp_tp,fsdp_3d")
+    runs = {r.data.tags["parallel"]: r for r in parallel_runs(store)}
+    dims = {"data+tensor": ("dp", "tp"), "data+pipeline+tensor": ("dp", "pp", "tp")}
+    assert set(runs) == set(dims)
+    for layout, run in runs.items():
+        losses = losses_by_step(store, run.info.run_id)
+        assert losses == pytest.approx(single, rel=RELATIVE), layout
+        assert_counted_as_planned(run.data.metrics, "full", dims[layout])
+
+
+# Wide enough that the state (3.7 M parameters: 59 MB of weights, gradients and AdamW's moments
+# under DDP) outweighs what malloc's bookkeeping and the activations of a batch of 8 move.
+WIDE = ["model=decoder", "model.d_model=256", "model.n_layers=4", "model.dropout=0",
+        "data.batch_size=8", "trainer.max_steps=6",
+        "parallel=fsdp", "hardware.devices=2"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
+    store: str, tmp_path: Path
+) -> None:
+    sweep(tmp_path, store, *WIDE, "parallel.shard=none,optimizer,gradients,full")
+    runs = {r.data.params["parallel.shard"]: r for r in parallel_runs(store)}
+    m = {level: run.data.metrics for level, run in runs.items()}
+    # The CPU's counterpart of CUDA's peak (runner/training/callbacks/memory.py): malloc's bytes
+    # in use at the step's sampled points. What each level saves against DDP, measured and planned.
+    for level in LEVELS:
+        measured = m["none"]["peak_allocated_gib"] - m[level]["peak_allocated_gib"]
+        planned = m["none"]["pred/peak_memory_gib"] - m[level]["pred/peak_memory_gib"]
+        assert 0.67 < measured / planned < 1.5, (level, measured, planned)
+    assert m["full"]["peak_allocated_gib"] < m["optimizer"]["peak_allocated_gib"]
+    # FSDP asks for the next block's weights before it needs them: on a CPU gloo gathers them
+    # in its own thread. In the trace each all-gather the rank waited for is followed by its wait;
+    # a prefetched one was done (or nearly) when the rank came to it, while it computed.
+    trace = MlflowClient(store).download_artifacts(
+        runs["full"].info.run_id, "timeline.trace.json", str(tmp_path)
+    )
+    events = json.loads(Path(trace).read_text())["traceEvents"]
+    for rank in (0, 1):
+        spans = [e for e in events if e.get("ph") == "X" and e["tid"] == rank]
+        pairs = [
+            (gather["dur"], wait["dur"])
+            for gather, wait in zip(spans, spans[1:], strict=False)
+            if gather["name"] == "dp all-gather" and wait["name"] == "dp wait"
+        ]
+        hidden = [g - w for g, w in pairs if w < 0.1 * g]
+        assert hidden, (rank, pairs)

@@ -1,0 +1,100 @@
+"""Signals as schedulers and people send them end a multi-process job cleanly within seconds:
+Ctrl-C and SIGTERM from a script that started the job in the background (which leaves SIGINT
+ignored in it), and SIGKILL of the launching process, whose ranks must die with it and whose run,
+left RUNNING, is marked FAILED the next time the runner uses the store; SIGUSR1 (a time limit's
+warning) stops it resumably. (Ctrl-C from a terminal: tests/test_data_parallel.py.)"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    QUICK,
+    all_runs,
+    cli_job,
+    loss_series,
+    losses_by_step,
+    run_cli,
+    start_session,
+    stop_session,
+    train,
+)
+from tests.test_data_parallel import DP2, assert_session_ends, wait_for_steps
+
+ENDLESS = ["model=ffnn", *DP2, "trainer.max_steps=100000", *QUICK]
+PARALLEL = 1e-5  # two ranks' gradients add in another order than one process's
+
+
+def in_background_of_a_script(*args: str, cwd: Path) -> subprocess.Popen:
+    """`python -m runner ARGS &` in a non-interactive shell, which waits for it: as a batch script
+    or a scheduler's wrapper starts a job. The shell leads a session of its own."""
+    command = shlex.join([sys.executable, "-m", "runner", *args])
+    return start_session(["bash", "-c", f"{command} & wait $!"], cwd)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_a_job_a_script_started_ends_it(tmp_path: Path, sig: signal.Signals) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = in_background_of_a_script(*ENDLESS, cwd=tmp_path)
+    try:
+        wait_for_steps(tmp_path / "mlflow.db", script, steps=3)
+        os.killpg(script.pid, sig)  # the whole group: the shell, the launcher, every rank
+        # Within seconds: ranks that ignored it trained on until torch's launcher killed them,
+        # 30 s after it forwarded the signal.
+        script.communicate(timeout=15)
+        assert_session_ends(script.pid)
+    finally:
+        stop_session(script)
+    (run,) = all_runs(uri)
+    assert run.info.status == "FAILED"
+    assert len(loss_series(uri, run.info.run_id)) >= 3  # the losses before it kept
+
+
+@pytest.mark.slow
+def test_a_launcher_killed_outright_takes_its_ranks_and_its_run_fails_later(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with cli_job(*ENDLESS, cwd=tmp_path) as job:
+        wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
+        os.kill(job.pid, signal.SIGKILL)  # the launcher only, as the OOM killer would
+        job.wait()
+        assert_session_ends(job.pid)  # its fork server and ranks follow it
+    (killed,) = all_runs(uri)
+    assert killed.info.status == "RUNNING"  # nothing could end it
+    assert run_cli("mode=plan", "model=ffnn", *DP2, cwd=tmp_path).returncode == 0
+    killed = next(r for r in all_runs(uri) if r.info.run_id == killed.info.run_id)
+    assert killed.info.status == "FAILED"
+    assert f"pid {job.pid} " in killed.data.tags["failed_reason"]
+    assert len(loss_series(uri, killed.info.run_id)) >= 3
+
+
+@pytest.mark.slow
+def test_a_job_told_to_stop_snapshots_and_resumes_in_the_same_run(
+    store: str, tmp_path: Path
+) -> None:
+    """SIGUSR1 (SLURM's warning before a time limit) to every rank at step 8: the ranks agree at
+    that step, snapshot after it and stop; resume=auto continues the same run to the end, its
+    losses those of one process never stopped. A pipeline, whose ranks agree in a collective of
+    their own; data parallelism's agree in the loss's mean (reliability.md's example, which the
+    docs test runs, stops and resumes one)."""
+    layout = ["parallel=pipeline", "hardware.devices=2"]
+    model = ["model=ffnn", "model.hidden=[64,64,64]", "trainer.max_steps=20"]
+    single = losses_by_step(store, train(*model))
+    job = [*model, *layout, *QUICK, f"logger.tracking_uri={store}"]
+    stopped = run_cli(*job, "fault.preempt_at_step=8", cwd=tmp_path)
+    assert stopped.returncode == 3, stopped.stderr[-2000:]
+    assert stopped.stderr.strip().splitlines()[-1].startswith("stopped: preempted")
+    (run,) = [r for r in all_runs(store) if r.data.tags["world_size"] == "2"]
+    assert run.info.status == "KILLED" and run.data.tags["preempted_at_step"] == "9"
+    resumed = run_cli(*job, "resume=auto", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    (run,) = [r for r in all_runs(store) if r.data.tags["world_size"] == "2"]
+    assert run.info.status == "FINISHED"
+    assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=PARALLEL)
