@@ -2,7 +2,7 @@
 
 Hydra prints its own multi-line errors and exits 1. The runner asks Hydra to raise instead
 (HYDRA_FULL_ERROR) and turns configuration errors into one line naming the key; anything else is a
-real failure and keeps its traceback. A user who sets HYDRA_FULL_ERROR gets Hydra's full trace.
+real failure and keeps its traceback. A user who sets HYDRA_FULL_ERROR=1 gets Hydra's full trace.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.cluster import external_launcher, global_rank
 from runner.config import register_configs
+from runner.errors import SweepJobFailed
 from runner.lifeline import listen_to_ctrl_c
 from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.validate import ConfigError
@@ -69,8 +70,9 @@ def end_open_sweep() -> None:
 
 
 def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
-    """Ctrl-C, a signal to the launcher, a failed rank: one line, no traceback of the launcher."""
-    kinds: list[type[BaseException]] = [KeyboardInterrupt]
+    """Ctrl-C, a signal to the launcher, a failed rank, a sweep's job that a cluster ended: one
+    line, no traceback of the launcher."""
+    kinds: list[type[BaseException]] = [KeyboardInterrupt, SweepJobFailed]
     if "runner.launch" in sys.modules:  # imported only by jobs that trained
         from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -83,7 +85,7 @@ def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
 def main() -> None:
     listen_to_ctrl_c()
     register_configs()
-    full_trace = "HYDRA_FULL_ERROR" in os.environ
+    full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"  # as Hydra reads it: 0 is off
     os.environ["HYDRA_FULL_ERROR"] = "1"
     entry = hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(task)
     try:

@@ -23,3 +23,8 @@ def positive(node: Mapping[str, Any], prefix: str, *names: str) -> None:
     for name in names:
         value = node[name]
         require(value > 0, f"{prefix}.{name}", f"must be positive, got {value}")
+
+
+class SweepJobFailed(RuntimeError):
+    """A sweep's job that a cluster ended without its result (killed, cancelled, bad input); its
+    log there says why. The sweep reports it, in one line, once the other jobs have finished."""

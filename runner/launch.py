@@ -129,7 +129,7 @@ def in_process(
             raise  # bad input found late: one line, exit code 2, as found early; or a stop
         except Exception as error:
             steps = reached(progress, 1)
-            why = f"{type(error).__name__}: {error}"
+            why = first_line(f"{type(error).__name__}: {error}")
             raise record_failure(cfg, world, record, steps, started, 0, why) from error
 
 
@@ -194,9 +194,12 @@ def reason(failure: Any) -> str:
     message = failure.message
     if isinstance(message, dict):  # a Python error the rank recorded
         message = message.get("message", message)
-    # The first line: an error raised in a DDP hook's callback carries torch's "At:" frames too.
-    first = next((line for line in str(message or "").splitlines() if line.strip()), "")
-    return first or f"exit code {failure.exitcode}"  # killed, or exited without a word
+    return first_line(str(message or "")) or f"exit code {failure.exitcode}"  # killed, or mute
+
+
+def first_line(text: str) -> str:
+    """An error raised in a DDP hook's callback carries torch's "At:" frames too: its first line."""
+    return next((line for line in text.splitlines() if line.strip()), "")
 
 
 class JobFailed(RuntimeError):

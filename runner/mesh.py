@@ -93,6 +93,8 @@ def resolve(cfg: DictConfig, started: int | None = None) -> Mesh:
         _match(sizes, hw.devices, hw.nodes)
     for dim in DIMS:
         p[dim] = sizes[dim]
+    if p.microbatches is None:  # as many as the pipeline has stages: 1F1B's least
+        p.microbatches = sizes["pp"]
     return Mesh(**sizes)
 
 

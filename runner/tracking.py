@@ -100,14 +100,21 @@ def earlier_failure(client: MlflowClient, run_id: str) -> None:
             client.delete_tag(run_id, key)
 
 
+# MLflow 3's UI opens an experiment of this kind on its training runs, not on GenAI traces.
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
 def experiment_id(client: MlflowClient, name: str) -> str:
     found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    try:
-        return client.create_experiment(name)
-    except MlflowException:  # another job of a sweep created it first
-        return client.get_experiment_by_name(name).experiment_id
+    if found is None:
+        try:
+            return client.create_experiment(name, tags=EXPERIMENT_KIND)
+        except MlflowException:  # another job of a sweep created it first
+            found = client.get_experiment_by_name(name)
+    if not EXPERIMENT_KIND.items() <= found.tags.items():  # made by another tool, or before
+        for key, value in EXPERIMENT_KIND.items():
+            client.set_experiment_tag(found.experiment_id, key, value)
+    return found.experiment_id
 
 
 def flat(tree: Mapping[str, Any], sep: str, prefix: str = "") -> dict[str, Any]:

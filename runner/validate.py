@@ -16,6 +16,7 @@ from omegaconf import DictConfig
 
 from runner.choices import MODES
 from runner.cluster import external_launcher, started_processes, world_size
+from runner.config import check_known_keys
 from runner.config.data import check_data
 from runner.config.example import check_example
 from runner.config.faults import check_fault
@@ -28,6 +29,7 @@ from runner.job import Job, resolve_job
 from runner.layouts.rules import check_layout
 from runner.mesh import Mesh, resolve
 from runner.planner.memory import largest_layer_gib, memory_per_device_gib
+from runner.units import count
 
 __all__ = ["ConfigError", "check", "resolve_mesh", "validate"]
 
@@ -48,7 +50,7 @@ def check_fits(job: Job) -> None:
     require(
         need * (hw.devices if cpu else 1) <= have,
         "model",
-        f"{params / 1e9:.1f} B parameters need {need:,.0f} GiB per device to train in this layout"
+        f"{count(params)} parameters need {need:,.0f} GiB per device to train in this layout"
         f"{sharing} (weights, gradients, Adam state, activations); hardware has {have:,.0f} GiB:"
         " too large to train here",
     )
@@ -88,6 +90,7 @@ def check_launch(cfg: DictConfig) -> None:
 def resolve_mesh(cfg: DictConfig) -> Mesh:
     """The explicit step before any check that needs sizes: fill hardware.devices and the mesh
     sizes left null (from the processes torchrun or SLURM started, where they did)."""
+    check_known_keys(cfg)
     one_of(cfg.mode, "mode", MODES)
     check_hardware(cfg.hardware, cfg.mode == "train")  # the devices asked for exist here
     if external_launcher() == "srun":

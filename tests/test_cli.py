@@ -54,6 +54,8 @@ def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path) -> None:
 def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> None:
     done = run_cli("-m", "model=neuron,ffnn,decoder", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    for noise in ("Tip:", "GPU available", "LeafSpec", "`srun` command"):  # runner/quiet.py
+        assert noise not in done.stdout + done.stderr, noise
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = all_runs(uri)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
@@ -61,6 +63,9 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> N
     assert sorted(r.data.tags["model"] for r in children) == ["decoder", "ffnn", "neuron"]
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
     assert {r.info.status for r in runs} == {"FINISHED"}
+    # MLflow 3's UI opens the experiment on its training runs, not on GenAI traces.
+    experiment = MlflowClient(uri).get_experiment(parent.info.experiment_id)
+    assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
     assert all(
         len(MlflowClient(uri).get_metric_history(r.info.run_id, "train_loss")) == 8
         for r in children
@@ -82,6 +87,9 @@ BAD = [
     (["parallel=pipeline", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
     (["parallel=fsdp", "hardware.devices=2", "parallel.shard=zero3"], "optimizer, gradients, full"),
     (["parallel=fsdp", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
+    (["+foo=1"], "foo: no such key; the top-level keys are: model, data"),
+    (["+trainer.lr_warmup=3"], "trainer.lr_warmup: no such key; trainer has: max_steps"),
+    (["logger.tracking_uri=ftp://x"], "logger.tracking_uri: ftp://x: no MLflow store"),
 ]
 
 
@@ -96,6 +104,21 @@ def test_bad_input_fails_at_once_in_one_line(
     assert lines[0].startswith("error: ") and named in lines[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "mlflow.db").exists()  # no run was opened, so none is left RUNNING
+
+
+@pytest.mark.parametrize(("value", "traced"), [("0", False), ("1", True)])
+def test_hydra_full_error_is_read_as_hydra_reads_it(
+    tmp_path: Path, value: str, traced: bool
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "model.n_layers=abc"],
+        cwd=tmp_path,
+        env=os.environ | {"HYDRA_FULL_ERROR": value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and ("Traceback" in done.stderr) == traced, done.stderr
 
 
 def test_a_sweep_with_a_bad_job_leaves_no_run_running(tmp_path: Path) -> None:

@@ -106,11 +106,11 @@ def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
         (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
         (["data.batch_size=0"], "data.batch_size"),
         (["trainer.optimizer=rmsprop"], "trainer.optimizer"),
-        (["trainer.warmup_steps=10", "trainer.max_steps=10"], "trainer.warmup_steps"),
+        (["trainer.warmup_steps=-1"], "trainer.warmup_steps"),
         (["model=ffnn", "model.hidden=[8,0]"], "model.hidden[1]"),
         (["model=neuron", "model.activation=relu"], "data.loss"),
         (["data.seq_len=128"], "data.seq_len"),
-        (["hardware.devices=2"], "parallel"),  # the mesh (1 x 1 x 1) needs 1 process
+        (["parallel.dp=1", "hardware.devices=2"], "parallel"),  # a mesh of 1 x 1 x 1: 1 process
         (["mode=example"], "example"),
         (["data.vocab_size=100"], "data.vocab_size"),
         (["model.vocab_size=999"], "model.vocab_size"),
@@ -145,3 +145,28 @@ def test_names_the_validator_allows_are_the_ones_that_exist() -> None:
     assert set(choices.OPTIMIZERS) == set(optimizers.OPTIMIZERS)
     assert set(choices.EXAMPLES) == set(worked_examples.EXAMPLES)
     assert set(choices.SCHEDULES) == set(stages.SCHEDULES)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "microbatches"),
+    [
+        (["parallel.pp=2"], 2),
+        (["parallel.pp=4", "model.n_layers=4"], 4),
+        ([], 1),
+        (["parallel=dp_pp"], 4),
+    ],
+)
+def test_micro_batches_follow_the_pipeline_unless_given(
+    overrides: list[str], microbatches: int
+) -> None:
+    """The default 1F1B needs a micro-batch per stage: `parallel.pp=2` alone is not refused."""
+    cfg, _ = compose_job(*overrides)
+    validate.validate(cfg)
+    assert cfg.parallel.microbatches == microbatches
+
+
+def test_replicas_fill_the_devices_no_layout_takes() -> None:
+    """A cluster profile plans without a layout: its 128 devices are data-parallel replicas."""
+    cfg, _ = compose_job("mode=plan", "model=gpt3_175b", "hardware=h100_cluster",
+                         "parallel.tp=8", "parallel.pp=4")  # fmt: skip
+    assert tuple(validate.resolve_mesh(cfg).shape) == (4, 4, 8)  # pp, dp, tp

@@ -1,7 +1,5 @@
 """Data parallelism on processes the runner starts: correct, measured, cleanly stopped."""
 
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -176,21 +174,6 @@ def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(tmp_path: 
     assert_redone_steps_repeat(uri, run.info.run_id, range(2, 3))
     # The failed attempt stays in the record, but the finished run no longer reads as failed.
     assert "failed_rank" not in run.data.tags and run.data.tags["resumed_after/failed_rank"] == "1"
-
-
-@pytest.mark.slow
-def test_ctrl_c_ends_every_process_and_fails_the_run(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with cli_job("model=ffnn", *DP2, "trainer.max_steps=100000", *QUICK, cwd=tmp_path) as job:
-        wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
-        os.killpg(job.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole foreground group
-        _, stderr = job.communicate(timeout=60)
-        assert job.returncode == 1
-        assert stderr.strip().splitlines()[-1].startswith("error: ")  # one line, no traceback
-        assert_session_ends(job.pid)
-    (run,) = all_runs(uri)
-    assert run.info.status == "FAILED"
-    assert len(loss_series(uri, run.info.run_id)) >= 3
 
 
 def logged_losses(db: Path) -> int:

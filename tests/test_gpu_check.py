@@ -23,6 +23,7 @@ def test_without_a_gpu_it_says_so_in_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # about 11 short trainings: 2 min here, more on a slower machine
 def test_its_checks_rehearsed_on_this_cpu_pass(tmp_path: Path) -> None:
     """In a copy of the repository: check 4 writes the copy's conf/hardware/calibrated.yaml."""
     repo = copy_of_the_repository(tmp_path / "repo")
@@ -32,7 +33,7 @@ def test_its_checks_rehearsed_on_this_cpu_pass(tmp_path: Path) -> None:
         env=os.environ | {"PYTHONPATH": str(repo)},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=850,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     checks = ("1.", "2.", "3.", "4.", "5.", "6.")

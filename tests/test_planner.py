@@ -106,7 +106,7 @@ def test_a_token_budget_sets_the_duration() -> None:
         (["hardware.power_w=-350"], "hardware.power_w"),
         (["hardware.intra_node.efficiency=1.5"], "hardware.intra_node.efficiency"),
         (["hardware.tiers.tp=nvlink"], "hardware.tiers.tp"),
-        (["mode=plan", "hardware=dgx_h100", "parallel.tp=3"], "parallel"),  # 3 of 8 devices
+        (["mode=plan", "hardware=dgx_h100", "parallel.dp=1", "parallel.tp=3"], "parallel"),
         (["mode=plan", "hardware=dgx_h100", "parallel=data", "parallel.tp=3"], "hardware.devices"),
         (["mode=plan", "model=gpt3_175b", "hardware=h100", "hardware.memory_gib=16"],
          "hardware.memory_gib"),  # one GPT-3 block with Adam state is 27 GiB

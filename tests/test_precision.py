@@ -2,11 +2,11 @@
 in bf16-mixed and moves the bytes the planner says; compiling changes no loss; every run logs its
 peak memory and MFU beside the planner's."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
 
 from runner.autocast import ACTIVATIONS
 from runner.choices import PRECISIONS
@@ -14,7 +14,6 @@ from runner.job import Job, resolve_job
 from runner.planner import predict
 from runner.planner.memory import memory_per_device_gib
 from runner.precision import BY_NAME
-from runner.training.callbacks.memory import GIB, PeakMemory
 from runner.validate import validate
 from tests.conftest import (
     QUICK,
@@ -112,15 +111,26 @@ def test_compiling_changes_no_loss(store: str) -> None:
     assert compiled == pytest.approx(eager, rel=1e-5)
 
 
+PEAK_OF_A_BLOCK = """
+import torch
+from torch import nn
+from runner.training.callbacks.memory import GIB, PeakMemory
+model = nn.Linear(1024, 1024)  # 4 MiB of weights
+memory = PeakMemory(cuda=False)
+memory.start(model)
+block = torch.ones(64 * 2**20 // 4)  # 64 MiB written: resident
+del block
+print(memory.peak_gib() * GIB, sum(p.numel() * 4 for p in model.parameters()))
+"""
+
+
 def test_peak_memory_counts_the_weights_and_what_training_adds() -> None:
-    """On a CPU: the parameters held at the start, and the resident peak grown since."""
-    model = nn.Linear(1024, 1024)  # 4 MiB of weights
-    memory = PeakMemory(cuda=False)
-    memory.start(model)
-    block = torch.ones(64 * 2**20 // 4)  # 64 MiB written: resident
-    del block
-    peak = memory.peak_gib() * GIB
-    weights = sum(p.numel() * 4 for p in model.parameters())
+    """On a CPU: the parameters held at the start, and the resident peak grown since. In a
+    process of its own: in this one, memory that earlier tests freed and malloc kept resident
+    (runner/allocator.py) would take the block without growing the peak."""
+    done = subprocess.run([sys.executable, "-c", PEAK_OF_A_BLOCK], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    peak, weights = map(float, done.stdout.split())
     # Net growth: what the process releases meanwhile (seen: 320 KiB) counts against the block.
     assert weights + 63 * 2**20 <= peak < weights + 80 * 2**20
 

@@ -139,8 +139,14 @@ def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
     for level in LEVELS:
         measured = m["none"]["peak_allocated_gib"] - m[level]["peak_allocated_gib"]
         planned = m["none"]["pred/peak_memory_gib"] - m[level]["pred/peak_memory_gib"]
-        assert 0.67 < measured / planned < 1.5, (level, measured, planned)
-    assert m["full"]["peak_allocated_gib"] < m["optimizer"]["peak_allocated_gib"]
+        assert 0.75 < measured / planned < 1.25, (level, measured, planned)  # seen: 0.83-0.97
+    # Levels the planner tells apart (peaks 5 % or more apart) are measured in its order. (Here
+    # it gives ZeRO-1 and ZeRO-3 the same peak: FSDP's gathered units outweigh the shards saved.)
+    peaks = {k: (v["pred/peak_memory_gib"], v["peak_allocated_gib"]) for k, v in m.items()}
+    for planned_a, measured_a in peaks.values():
+        for planned_b, measured_b in peaks.values():
+            if planned_a > 1.05 * planned_b:
+                assert measured_a > measured_b, peaks
     # FSDP asks for the next block's weights before it needs them: on a CPU gloo gathers them
     # in its own thread. In the trace each all-gather the rank waited for is followed by its wait;
     # a prefetched one was done (or nearly) when the rank came to it, while it computed.
@@ -156,4 +162,10 @@ def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
             if gather["name"] == "dp all-gather" and wait["name"] == "dp wait"
         ]
         hidden = [g - w for g, w in pairs if w < 0.1 * g]
-        assert hidden, (rank, pairs)
+        gathers = [e for e in spans if e["name"] == "dp all-gather"]
+        assert len(pairs) == len(gathers) > 0  # every gather is waited for, and shown
+        # Most run behind compute (measured here: 20 and 21 of 27 a rank); the first of each
+        # pass has nothing before it to hide behind.
+        assert len(hidden) >= len(pairs) / 2, (rank, pairs)
+    artifacts = {a.path for a in MlflowClient(store).list_artifacts(runs["full"].info.run_id)}
+    assert {"timeline.png", "timeline.trace.json"} <= artifacts

@@ -1,8 +1,8 @@
-"""Signals as schedulers and people send them end a multi-process job cleanly within seconds:
-Ctrl-C and SIGTERM from a script that started the job in the background (which leaves SIGINT
-ignored in it), and SIGKILL of the launching process, whose ranks must die with it and whose run,
-left RUNNING, is marked FAILED the next time the runner uses the store; SIGUSR1 (a time limit's
-warning) stops it resumably. (Ctrl-C from a terminal: tests/test_data_parallel.py.)"""
+"""Signals as schedulers and people send them end a multi-process job cleanly within seconds, the
+job started from a terminal (the runner leads its session) or in the background of a script (which
+leaves SIGINT ignored in it): Ctrl-C and SIGTERM fail the run, SIGUSR1 (a time limit's warning)
+stops it resumably, and SIGKILL of the launching process takes its ranks with it, its run, left
+RUNNING, marked FAILED the next time the runner uses the store."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import pytest
 from tests.conftest import (
     QUICK,
     all_runs,
-    cli_job,
     loss_series,
     losses_by_step,
     run_cli,
+    start_cli,
     start_session,
     stop_session,
     train,
@@ -39,39 +39,74 @@ def in_background_of_a_script(*args: str, cwd: Path) -> subprocess.Popen:
     return start_session(["bash", "-c", f"{command} & wait $!"], cwd)
 
 
+PARENTS = {"terminal": start_cli, "script": in_background_of_a_script}
+# What each signal to the job's whole process group must end in: exit code, run status, last line.
+ENDS = {
+    signal.SIGINT: (1, "FAILED", "error: "),  # Ctrl-C
+    signal.SIGTERM: (1, "FAILED", "error: "),  # scancel, kill
+    signal.SIGUSR1: (3, "KILLED", "stopped: preempted"),  # a time limit's warning: resumable
+}
+
+
+def launcher_pid(job: subprocess.Popen) -> int:
+    """The runner's own process: the job itself, or the script's child that runs it."""
+    if job.args[0] != "bash":
+        return job.pid
+    children = Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split()
+    (child,) = children
+    return int(child)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_to_a_job_a_script_started_ends_it(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize("parent", PARENTS)
+@pytest.mark.parametrize("sig", ENDS, ids=[s.name for s in ENDS])
+def test_a_signal_to_the_job_ends_every_process_within_seconds(
+    tmp_path: Path, parent: str, sig: signal.Signals
+) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    script = in_background_of_a_script(*ENDLESS, cwd=tmp_path)
+    job = PARENTS[parent](*ENDLESS, cwd=tmp_path)
     try:
-        wait_for_steps(tmp_path / "mlflow.db", script, steps=3)
-        os.killpg(script.pid, sig)  # the whole group: the shell, the launcher, every rank
-        # Within seconds: ranks that ignored it trained on until torch's launcher killed them,
+        wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
+        os.killpg(job.pid, sig)  # the whole group: a script's shell, the launcher, every rank
+        # Within seconds: ranks that ignored SIGINT trained on until torch's launcher killed them,
         # 30 s after it forwarded the signal.
-        script.communicate(timeout=15)
-        assert_session_ends(script.pid)
+        _, stderr = job.communicate(timeout=15)
+        assert_session_ends(job.pid)
     finally:
-        stop_session(script)
+        stop_session(job)
+    code, status, last = ENDS[sig]
+    code = code if parent == "terminal" else -sig  # a script's shell, in the group, dies of it
+    assert job.returncode == code and stderr.strip().splitlines()[-1].startswith(last), stderr
     (run,) = all_runs(uri)
-    assert run.info.status == "FAILED"
+    assert run.info.status == status
     assert len(loss_series(uri, run.info.run_id)) >= 3  # the losses before it kept
+    if sig == signal.SIGUSR1:
+        step = int(run.data.tags["preempted_at_step"])
+        snapshots = tmp_path / "snapshots" / run.info.run_id
+        assert (snapshots / f"step_{step:08d}").is_dir(), sorted(snapshots.glob("*"))
 
 
 @pytest.mark.slow
-def test_a_launcher_killed_outright_takes_its_ranks_and_its_run_fails_later(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parent", PARENTS)
+def test_a_launcher_killed_outright_takes_its_ranks_and_its_run_fails_later(
+    tmp_path: Path, parent: str
+) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with cli_job(*ENDLESS, cwd=tmp_path) as job:
+    job = PARENTS[parent](*ENDLESS, cwd=tmp_path)
+    try:
         wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
-        os.kill(job.pid, signal.SIGKILL)  # the launcher only, as the OOM killer would
-        job.wait()
+        launcher = launcher_pid(job)
+        os.kill(launcher, signal.SIGKILL)  # the launcher only, as the OOM killer would
+        job.wait(timeout=15)
         assert_session_ends(job.pid)  # its fork server and ranks follow it
+    finally:
+        stop_session(job)
     (killed,) = all_runs(uri)
     assert killed.info.status == "RUNNING"  # nothing could end it
     assert run_cli("mode=plan", "model=ffnn", *DP2, cwd=tmp_path).returncode == 0
     killed = next(r for r in all_runs(uri) if r.info.run_id == killed.info.run_id)
     assert killed.info.status == "FAILED"
-    assert f"pid {job.pid} " in killed.data.tags["failed_reason"]
+    assert f"pid {launcher} " in killed.data.tags["failed_reason"]
     assert len(loss_series(uri, killed.info.run_id)) >= 3
 
 

@@ -1,7 +1,8 @@
 """The runner on a real SLURM (tests/one_node_slurm.py): srun jobs of each layout record one run
 with every rank's figures; a task layout that does not match the mesh is refused in one line; a
-sweep submitted through Hydra's submitit launcher (hydra/launcher=slurm) nests a child run per
-job under one parent, the jobs running at once; a preempted job snapshots, is requeued by the
+sweep submitted through Hydra's submitit launcher (hydra/launcher=slurm) asks for each job's
+mesh and nests a child run per job under one parent, the jobs running at once, a failed one
+named; a preempted job snapshots, is requeued by the
 runner and resumes in the same run."""
 
 from __future__ import annotations
@@ -100,21 +101,39 @@ def test_a_task_layout_that_does_not_match_is_refused_in_one_line(
 
 
 @pytest.mark.slow
-def test_a_sweep_submitted_to_slurm_nests_its_jobs_under_one_parent(
+def test_a_sweep_on_slurm_asks_for_each_mesh_and_names_a_failed_job_once_the_others_finish(
     slurm: dict[str, str], tmp_path: Path
 ) -> None:
+    """hydra/launcher=slurm: each job one SLURM job of a task per rank, warned by SIGUSR1; the
+    jobs nest under one parent and run at once; rank 1 of one job is killed at step 3: that job's
+    run is FAILED and the sweep names it, after the other has finished."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     sweep = ["-m", "hydra/launcher=slurm", "model=ffnn", "parallel=data", "hardware.devices=2",
-             "seed=1,2", *SHORT]  # fmt: skip
-    done = run(slurm, tmp_path, sys.executable, "-m", "runner", *sweep)
-    assert done.returncode == 0, done.stderr[-3000:]
+             "fault.kill_rank=null,1", "fault.at_step=3", *SHORT]  # fmt: skip
+    env = slurm | {"MASTER_ADDR": "127.0.0.1"}  # each job's port from its job id
+    done = run(env, tmp_path, sys.executable, "-m", "runner", *sweep)
+    assert done.returncode == 1, done.stderr[-3000:]
+    named = [line for line in done.stderr.splitlines() if "Error executing job" in line]
+    assert len(named) == 1 and "fault.kill_rank=1" in named[0], done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: "), done.stderr[-3000:]
+    scripts = sorted(tmp_path.glob("multirun/**/*_submission.sh"))
+    assert len(scripts) == 2
+    for script in scripts:
+        sbatch = script.read_text()
+        for asked in ("--ntasks-per-node=2", "--cpus-per-task=1", "--signal=USR1@90"):
+            assert f"#SBATCH {asked}\n" in sbatch, sbatch
     runs = all_runs(uri)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(children) == 2 and parent.info.status == "FINISHED"
-    assert all(c.info.status == "FINISHED" and c.data.tags["world_size"] == "2" for c in children)
-    first, second = sorted(children, key=lambda r: r.info.start_time)
-    assert second.info.start_time < first.info.end_time  # at once: the cluster had room
+    assert len(runs) == 3 and parent.info.status == "FAILED"
+    (ok,) = [c for c in children if c.data.params["fault.kill_rank"] == "None"]
+    (killed,) = [c for c in children if c != ok]
+    assert ok.info.status == "FINISHED" and ok.data.metrics["rank_1/compute_time_s"] > 0
+    # Under srun no launcher sees rank 1 die: rank 0, left on a broken connection, records it.
+    assert killed.info.status == "FAILED" and killed.data.tags["failed_rank"] == "0"
+    assert ok.data.tags["world_size"] == killed.data.tags["world_size"] == "2"
+    assert ok.info.start_time < killed.info.end_time  # at once: the cluster had room
+    assert killed.info.start_time < ok.info.end_time
 
 
 @pytest.mark.slow

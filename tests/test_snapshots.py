@@ -69,12 +69,14 @@ def test_a_broken_snapshot_is_refused_and_the_previous_one_offered(store: str) -
     run_dir = snapshot_of(store, "model=ffnn")
     (run_dir / "step_00000010" / "__0_0.distcp").write_bytes(b"")  # truncated by a crash
     cfg, _ = compose_job("model=ffnn", "resume=auto", "trainer.max_steps=20")
+    validate.validate(cfg)  # the mesh resolved, as the runner does
     with pytest.raises(validate.ConfigError) as error:
         find(cfg)
     assert "truncated" in str(error.value) and f"resume={run_dir.name}/step_00000005" in str(
         error.value
     )
     cfg, _ = compose_job("model=ffnn", f"resume={run_dir.name}/step_00000005")
+    validate.validate(cfg)  # the mesh resolved, as the runner does
     assert find(cfg)[2] == 5
 
 
@@ -113,6 +115,7 @@ def test_a_disk_that_fills_while_writing_fails_the_run_and_keeps_the_last_snapsh
     folder = Path("snapshots") / run.info.run_id
     assert sorted(p.name for p in folder.iterdir()) == ["step_00000005", "step_00000010.partial"]
     cfg, _ = compose_job(*job, "resume=auto")
+    validate.validate(cfg)  # the mesh resolved, as the runner does
     assert find(cfg)[1:] == (folder / "step_00000005", 5)  # the half-written one is never taken
 
 
@@ -122,7 +125,9 @@ def test_resume_auto_without_a_snapshot_starts_afresh_but_a_named_run_is_refused
     """One batch script serves a job's first start and its requeues (docs/slurm.md)."""
     where = f"checkpoint.dir={tmp_path / 'snapshots'}"
     cfg, _ = compose_job("resume=auto", where)
+    validate.validate(cfg)  # the mesh resolved, as the runner does
     assert find(cfg) is None
     cfg, _ = compose_job("resume=0123abcd", where)
+    validate.validate(cfg)  # the mesh resolved, as the runner does
     with pytest.raises(validate.ConfigError, match="no complete snapshot for resume=0123abcd"):
         find(cfg)

@@ -94,6 +94,22 @@ def test_without_measuring_a_run_logs_its_losses_and_throughput_only(store: str)
     assert "timeline.png" not in {a.path for a in client.list_artifacts(run_id)}
 
 
+def test_a_run_shorter_than_its_warm_up_trains_and_says_what_it_leaves_out(
+    store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = train("model=ffnn", "trainer.max_steps=3", "trainer.warmup_steps=5")
+    client = MlflowClient(store)
+    metrics = client.get_run(run_id).data.metrics
+    assert len(loss_series(store, run_id)) == 3 and client.get_run(run_id).info.status == "FINISHED"
+    assert not {"step_time_s", "throughput_samples_per_s", "idle_fraction"} & set(metrics)
+    assert "timeline.png" not in {a.path for a in client.list_artifacts(run_id)}
+    said = [line for line in capsys.readouterr().err.splitlines() if "warm-up" in line]
+    assert said == [
+        "note: all 3 steps were warm-up (trainer.warmup_steps=5): step time, throughput, idle, "
+        "MFU and the timeline are left out"
+    ]
+
+
 def test_a_sigterm_while_losses_are_written_is_handled_after_the_write() -> None:
     # A handler that raises inside a database transaction (Lightning's, torchrun's exit) would
     # lose every loss of the batch being written.

@@ -7,11 +7,11 @@ fails at composition time, before anything is imported or launched. Nothing here
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from runner.config.data import DataConfig, TextDataConfig
 from runner.config.example import ExampleConfig
@@ -21,6 +21,7 @@ from runner.config.logger import LoggerConfig
 from runner.config.parallel import ParallelConfig
 from runner.config.plan import PlanConfig, ReportConfig
 from runner.config.trainer import TrainerConfig
+from runner.errors import require
 from runner.models.registry import SPECS
 
 __all__ = ["Config", "HardwareConfig", "LinkConfig", "ParallelConfig", "PlanConfig"]
@@ -64,3 +65,19 @@ def register_configs() -> None:
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
             cs.store(group=group, name=f"{name}_schema", node=node)
+
+
+def check_known_keys(node: DictConfig, prefix: str = "") -> None:
+    """Every key is one of its schema's. Hydra adds any key given with `+` (`+foo=1`), even to a
+    schema's node, where it would be ignored in silence."""
+    schema = OmegaConf.get_type(node)
+    if is_dataclass(schema):
+        known = [f.name for f in fields(schema)]
+        extra = [k for k in node if k not in known]
+        where = f"{prefix.rstrip('.')} has" if prefix else "the top-level keys are"
+        require(not extra, f"{prefix}{extra[0] if extra else ''}", f"no such key; {where}: "
+                + ", ".join(known))  # fmt: skip
+    for key in node:
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none():
+            check_known_keys(child, f"{prefix}{key}.")

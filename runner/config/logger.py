@@ -14,9 +14,21 @@ class LoggerConfig:
     run_name: str | None = None  # None: built from the model, layout and overrides
 
 
+# The stores MLflow's tracking client opens: a folder (a path, file:), SQL databases, a server.
+SCHEMES = ("sqlite", "file", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
 def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
-    """An MLflow server must answer before anything trains: a job that cannot record is lost."""
-    if not uri.startswith(("http://", "https://")):
+    """A store MLflow can open, and a server that answers, before anything trains: a job that
+    cannot record is lost."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    if scheme not in ("", *SCHEMES):
+        raise ConfigError(
+            "logger.tracking_uri",
+            f"{uri}: no MLflow store of scheme {scheme}://; use a path or one of "
+            + ", ".join(f"{s}://" for s in SCHEMES),
+        )
+    if scheme not in ("http", "https"):
         return  # a local store: nothing to reach
     import urllib.error
     import urllib.request

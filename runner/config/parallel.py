@@ -17,8 +17,9 @@ class ParallelConfig:
     # a first bucket of 1 MiB, whose all-reduce starts while backward still runs
     bucket_cap_mb: float | None = None
     # Micro-batches per replica's share of the batch: a pipeline's (1: plain model parallelism),
-    # or, with pp 1, gradient accumulation (a one-stage pipeline schedule)
-    microbatches: int = 1
+    # or, with pp 1, gradient accumulation (a one-stage pipeline schedule). null: one per stage
+    # (parallel.pp), as the default 1F1B schedule needs at least; 1 without a pipeline
+    microbatches: int | None = None
     schedule: str = "1f1b"  # pipeline: one of runner.choices.SCHEDULES
     virtual_stages: int = 1  # pipeline: stages per rank (interleaved schedules)
     split: list[int] | None = None  # pipeline: layers per stage; None splits evenly

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from runner.job import Job
 from runner.planner import plan
+from runner.units import size
 from runner.validate import host_memory_gib
 
 
@@ -48,7 +49,7 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),
-        ("bytes / step / rank", ", ".join(f"{d} {_bytes(comm[d])}" for d in ("dp", "tp", "pp"))
+        ("bytes / step / rank", ", ".join(f"{d} {size(comm[d])}" for d in ("dp", "tp", "pp"))
          + _collectives(out["comm_bytes_by_collective"])),
         ("bubble", f"{out['bubble_fraction']:.3f}"),
         ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%}): "
@@ -67,7 +68,7 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
 
 def _collectives(by_collective: Mapping[str, float]) -> str:
     """Sharded data parallelism's collectives, each apart (parallel.shard)."""
-    parts = ", ".join(f"{k.split('/')[1]} {_bytes(v)}" for k, v in by_collective.items())
+    parts = ", ".join(f"{k.split('/')[1]} {size(v)}" for k, v in by_collective.items())
     return f" (dp: {parts})" if parts else ""
 
 
@@ -77,13 +78,6 @@ def _shares(parts: Mapping[str, float], total: float) -> str:
 
 def _parts(by_component: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v / 1e6:,.1f} M" for k, v in by_component.items())
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,.0f} B"
 
 
 def run(

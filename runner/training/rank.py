@@ -34,6 +34,7 @@ from runner.mesh import mesh_of
 from runner.models.recompute import recompute
 from runner.models.registry import spec_for
 from runner.planner.failures import priced
+from runner.quiet import quiet_third_parties
 from runner.snapshots import Snapshots
 from runner.threads import this_rank_threads
 from runner.training.callbacks.faults import FaultInjection, Progress
@@ -48,6 +49,7 @@ def set_process(cfg: DictConfig) -> None:
     rank to (torchrun, srun --cpu-bind), else cores / ranks on this node (runner/threads.py); on a
     crowded CPU timings mean nothing. And malloc keeping what a step frees for the next
     (runner/allocator.py)."""
+    quiet_third_parties()
     threads = cfg.hardware.threads_per_rank or this_rank_threads(cfg.hardware.devices)
     torch.set_num_threads(threads)
     if cfg.hardware.keep_freed_memory:

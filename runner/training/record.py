@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from mlflow import MlflowClient
@@ -50,6 +51,10 @@ def record_training(
     if job is not None:
         figures = figures | predict(job) | measured_mfu(job, figures)
     run.log_metrics(figures)
+    warmup, steps = cfg.trainer.warmup_steps, cfg.trainer.max_steps
+    if steps <= warmup:  # a short run: nothing timed after warm-up
+        print(f"note: all {steps} steps were warm-up (trainer.warmup_steps={warmup}): step time, "
+              "throughput, idle, MFU and the timeline are left out", file=sys.stderr)  # fmt: skip
     traces = [rank.get("trace") for rank in gathered]
     if any(traces):
         run.client.log_dict(run_id, merged_trace(traces), "profile.trace.json")

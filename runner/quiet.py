@@ -1,0 +1,32 @@
+"""The terminal shows the runner's own lines and real warnings, not third parties' noise: Lightning
+advertises a logging service and its hardware summary on every run, warns that `srun` exists on a
+machine that has SLURM installed, and calls a torch API that torch deprecates (Lightning's
+`_pytree`, not the user's code). Each is dropped by its exact text; anything else still shows.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+LIGHTNING_INFO = ("💡 Tip:", "GPU available:", "TPU available:", "HPU available:")
+WARNINGS = (
+    r"The `srun` command is available on your system but is not used",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
+
+
+class DropLines(logging.Filter):
+    def __init__(self, starts: tuple[str, ...]) -> None:
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+def quiet_third_parties() -> None:
+    """In every rank, before Lightning's Trainer is built."""
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(DropLines(LIGHTNING_INFO))
+    for message in WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
