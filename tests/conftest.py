@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +67,35 @@ def store(tmp_path: Path, empty_store: Path, monkeypatch: pytest.MonkeyPatch) ->
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
+
+
+@pytest.fixture
+def cli_here(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> Callable[..., subprocess.CompletedProcess]:
+    """`python -m runner ARGS` run by this process, for input refused before anything starts: the
+    same entry point (runner.cli.main), exit code and output, without seconds of imports a case."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from runner.cli import main
+
+    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", ["runner", *args])
+        monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # main sets it: restored after the test
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        capfd.readouterr()
+        try:
+            main()
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        finally:
+            GlobalHydra.instance().clear()
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["runner", *args], code, out, err)
+
+    return run
 
 
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen:

@@ -1,8 +1,10 @@
 """The command line as users type it: the seed's examples, a sweep, and bad input."""
 
+import itertools
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,9 +97,12 @@ BAD = [
 
 @pytest.mark.parametrize(("overrides", "named"), BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_input_fails_at_once_in_one_line(
-    tmp_path: Path, overrides: list[str], named: str
+    tmp_path: Path,
+    cli_here: Callable[..., subprocess.CompletedProcess],
+    overrides: list[str],
+    named: str,
 ) -> None:
-    done = run_cli(*overrides, cwd=tmp_path, timeout=60)
+    done = cli_here(*overrides, cwd=tmp_path)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -145,3 +150,20 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(
         [sys.executable, "-c", f"{check}; print(T.get())"], env=env, capture_output=True, text=True
     )
     assert done.stdout.strip() == disabled, done.stderr
+
+
+def test_help_lists_every_option_of_every_group_the_modes_and_examples(
+    tmp_path: Path, cli_here: Callable[..., subprocess.CompletedProcess]
+) -> None:
+    done = cli_here("--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    for group in ("model", "data", "parallel", "hardware", "trainer", "logger", "experiment"):
+        lines = done.stdout.splitlines()
+        first = next(i for i, ln in enumerate(lines) if ln.lstrip(" +").startswith(f"{group}: "))
+        wrapped = itertools.takewhile(lambda line: line.startswith("    "), lines[first + 1 :])
+        text = " ".join([lines[first], *wrapped])
+        for option in sorted(p.stem for p in (conf / group).glob("*.yaml")):
+            assert f" {option}" in text, (group, option, text)
+    assert all(mode in done.stdout for mode in ("train", "example", "plan", "calibrate", "report"))
+    assert done.stdout.count("python -m runner ") >= 5 and "_schema" not in done.stdout

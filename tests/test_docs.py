@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -261,6 +262,8 @@ for _cmd in [c for doc in [*DOCS[1:], DOCS[0]] for c in commands(doc)]:
 
 def runs_on_another_page(cmd: Command) -> bool:
     return RUN_ON[cmd.argv] != cmd.doc
+
+
 RUN_DOCS = [doc for doc in DOCS if any(kind(c.argv) == "runner" for c in commands(doc))]
 TRANSCRIPTS = [t for doc in DOCS for t in transcripts(doc)]
 
@@ -307,11 +310,14 @@ def test_a_command_says_it_fails_on_purpose_exactly_when_it_injects_a_fault() ->
 
 @pytest.mark.parametrize(("where", "argv", "error"), TRANSCRIPTS, ids=[t[0] for t in TRANSCRIPTS])
 def test_bad_input_fails_as_the_transcript_shows(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, argv: tuple[str, ...], error: str
+    tmp_path: Path,
+    cli_here: Callable[..., subprocess.CompletedProcess],
+    where: str,
+    argv: tuple[str, ...],
+    error: str,
 ) -> None:
     assert argv[:3] == RUNNER, where
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    done = run_cli(*argv[3:], cwd=tmp_path, timeout=120)
+    done = cli_here(*argv[3:], cwd=tmp_path)
     last = (done.stderr.strip().splitlines() or [""])[-1]
     assert (done.returncode, last) == (2, error), f"{where}: `{shlex.join(argv)}`\n{done.stderr}"
 
