@@ -40,6 +40,14 @@ from runner.preemption import Preempted
 MARK = "runner.json"
 
 
+def shown_as(key: str, value: Any) -> str:
+    """A mesh as dp/pp/tp sizes (it is kept as [pp, dp, tp]); anything else as it is."""
+    if key == "mesh" and isinstance(value, list) and len(value) == 3:
+        pp, dp, tp = value
+        return f"dp={dp} x pp={pp} x tp={tp}"
+    return str(value)
+
+
 def identity(cfg: DictConfig) -> dict[str, Any]:
     """What a snapshot must match to be resumed: the model, the mesh, and how replicas shard
     their state (parallel.shard: absent for none, as in snapshots from before it existed)."""
@@ -332,10 +340,9 @@ def find(cfg: DictConfig) -> tuple[str, Path, int] | None:
     meta, mine = json.loads((folder / MARK).read_text()), identity(cfg)
     for key in ("model", "mesh", "shard"):
         if meta.get(key, "none") != mine.get(key, "none"):
+            shown = [shown_as(key, meta.get(key, "none")), shown_as(key, mine.get(key, "none"))]
             raise ConfigError(
-                "resume",
-                f"{folder} holds another {key}: {meta.get(key, 'none')}, this job has "
-                f"{mine.get(key, 'none')}",
+                "resume", f"{folder} holds another {key}: {shown[0]}, this job has {shown[1]}"
             )
     require(
         meta["step"] < cfg.trainer.max_steps,

@@ -203,6 +203,8 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(
     assert report.data.metrics["spearman/peak_memory_gib"] == pytest.approx(0.5)
     artifacts = {a.path for a in client.list_artifacts(report.info.run_id)}
     assert {"report.txt", "predicted_vs_measured.png"} <= artifacts
+    said = client.download_artifacts(report.info.run_id, "report.txt", tmp_path)
+    assert Path(said).read_text().startswith(f"report of sweep {sweep} (")  # which one it took
     png = client.download_artifacts(report.info.run_id, "predicted_vs_measured.png", tmp_path)
     height, width, _ = imread(png).shape
     assert width > 2 * height  # two panels side by side: step time and peak memory
@@ -228,6 +230,11 @@ def test_the_report_leaves_a_run_without_memory_out_of_the_memory_figures() -> N
     assert lines[1].split() == ["old", "2.0000", "2.5000", "+25.0%", "-", "-", "-"]
     assert lines[2].split() == ["new", "2.0000", "2.5000", "+25.0%", "4.0000", "3.0000", "-25.0%"]
     assert len(report.picture([old, new], result).axes) == 2
+    # Names whole: a sweep's runs differ at their ends.
+    long = [fake_run(f"decoder pipeline hardware.devices=2 parallel.microbatches={m}", **step)
+            for m in (2, 4)]  # fmt: skip
+    names = [line.split("  ")[0] for line in report.table(long, result).splitlines()[1:3]]
+    assert names == [r.info.run_name for r in long]
     # No run with memory (a sweep from before it was measured): step time only, as it was.
     result = report.summary([old, fake_run("older", step_time_s=1.0, **{"pred/step_time_s": 1.2})])
     assert not any("peak_memory_gib" in key for key in result)

@@ -83,7 +83,8 @@ def test_a_broken_snapshot_is_refused_and_the_previous_one_offered(store: str) -
 def test_a_snapshot_of_another_model_or_layout_is_refused(store: str) -> None:
     snapshot_of(store, "model=ffnn")
     layout = ["parallel=data", "hardware.devices=2"]
-    for other, named in ((["model.hidden=[32]"], "model"), (layout, "mesh")):
+    mesh = "mesh: dp=1 x pp=1 x tp=1, this job has dp=2 x pp=1 x tp=1"  # named, not [1, 2, 1]
+    for other, named in ((["model.hidden=[32]"], "model"), (layout, mesh)):
         cfg, _ = compose_job("model=ffnn", "resume=auto", *other)
         validate.validate(cfg)
         with pytest.raises(validate.ConfigError) as error:

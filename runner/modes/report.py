@@ -138,8 +138,9 @@ def cells(run: MlflowRun, figure: str) -> str:
 def table(runs: list[MlflowRun], result: Mapping[str, float]) -> str:
     shown = compared(runs)
     head = "".join(f" {COMPARED[f][0]} measured {'predicted':>10} {'error':>8}" for f in shown)
-    lines = [f"{'run':<48}{head}"]
-    lines += [f"{r.info.run_name[:48]:<48}" + "".join(cells(r, f) for f in shown) for r in runs]
+    width = max(len("run"), *(len(r.info.run_name) for r in runs)) + 2  # names whole: they differ
+    lines = [f"{'run':<{width}}{head}"]  # at their ends (parallel.microbatches=1, =2, ...)
+    lines += [f"{r.info.run_name:<{width}}" + "".join(cells(r, f) for f in shown) for r in runs]
     lines.append("")
     lines += [f"{k}: {v:.3f}" for k, v in result.items()]
     return "\n".join(lines)
@@ -185,7 +186,8 @@ def run(
     client = MlflowClient(cfg.logger.tracking_uri)
     sweep, runs = sweep_runs(client, cfg)
     result = summary(runs)
-    text = table(runs, result)
+    name = client.get_run(sweep).info.run_name
+    text = f"report of sweep {sweep} ({name}): {len(runs)} trained runs\n\n" + table(runs, result)
     with recorded_run(cfg, choices, overrides) as record:
         record.log_metrics(result)
         record.client.set_tag(record.run_id, "report.sweep", sweep)
