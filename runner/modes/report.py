@@ -5,6 +5,7 @@ the order the measurements do (Spearman's rank correlation of step time and of p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from statistics import median
 from typing import Any
@@ -157,10 +158,13 @@ def panel(ax: Axes, runs: list[MlflowRun], figure: str, result: Mapping[str, flo
     found, label = pairs(runs, figure), COMPARED[figure][1]
     measured, predicted = sides(found)
     ax.scatter(measured, predicted)
-    for run, x, y in found:
-        ax.annotate(run.data.tags.get("parallel", ""), (x, y), fontsize=8, xytext=(4, 4),
-                    textcoords="offset points")  # fmt: skip
     low, high = min(measured + predicted) * 0.8, max(measured + predicted) * 1.25
+    for run, x, y in found:
+        # Labels of points in the right part of the panel go to their left: inside the figure.
+        left = math.log(x / low) / math.log(high / low) > 0.6
+        ax.annotate(run.data.tags.get("parallel", ""), (x, y), fontsize=8,
+                    xytext=(-4 if left else 4, 4), textcoords="offset points",
+                    ha="right" if left else "left")  # fmt: skip
     ax.plot([low, high], [low, high], color="grey", linestyle="--", label="predicted = measured")
     ax.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high))
     ax.set_xlabel(f"measured {label}")
