@@ -25,6 +25,11 @@ COLORS = {
     "dp wait": "#8B0000",  # the rank waiting for a prefetched all-gather: exposed
     "idle": "#E5E5E5",
 }
+# What a bar's legend says where its kind alone would puzzle: a pure pipeline all-reduces too (the
+# loss's mean over ranks, for the log and to agree on a stop), not only DDP's gradients.
+LEGEND = {"all-reduce": "all-reduce (gradients; the loss's mean)", "dp wait": "dp wait (exposed)"}
+LABEL_WIDTH = 0.008  # of the time axis a character of a bar's label takes, at 7 points
+LEGEND_COLUMNS = 5
 # Compute fills the row; communication runs beside it (it may overlap compute), in a band below.
 COMM_KINDS = {
     k
@@ -49,7 +54,7 @@ def rank_timeline(spans_by_rank: list[list[list[Span]]], title: str) -> Figure:
         for kind, a, b, label in (span for step in steps for span in step):
             lane = (y - 0.4, 0.2) if kind in COMM_KINDS else (y - 0.15, 0.55)
             ax.broken_barh([((a - t0) * 1e3, (b - a) * 1e3)], lane, color=COLORS[kind])
-            if label:
+            if label and (b - a) / (t1 - t0) >= LABEL_WIDTH * len(label):  # else they overlap
                 mid = ((a + b) / 2 - t0) * 1e3
                 ax.text(mid, y + 0.12, label, ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(
@@ -59,7 +64,9 @@ def rank_timeline(spans_by_rank: list[list[list[Span]]], title: str) -> Figure:
     ax.set_xlim(0, (t1 - t0) * 1e3)
     ax.set_title(title)
     shown = {span[0] for span in every} | {"idle"}
-    handles = [Patch(color=c, label=k) for k, c in COLORS.items() if k in shown]
-    fig.legend(handles=handles, ncols=len(handles), loc="lower center", frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    handles = [Patch(color=c, label=LEGEND.get(k, k)) for k, c in COLORS.items() if k in shown]
+    rows = -(-len(handles) // LEGEND_COLUMNS)
+    fig.legend(handles=handles, ncols=min(len(handles), LEGEND_COLUMNS), loc="lower center",
+               frameon=False)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.35 * rows / fig.get_figheight(), 1, 1))
     return fig
