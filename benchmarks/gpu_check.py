@@ -12,7 +12,7 @@ It prints one table, a line per check with its figure and whether it passed:
    Sampled profiler traces of the two ranks: backward overlaps the all-reduce (some of the
    communication kernels' time has compute beside it).
 3. Snapshot and resume with dropout: the steps redone after the resume equal the first pass.
-4. `mode=calibrate` on the GPU writes conf/hardware/calibrated.yaml (replacing any there); the
+4. `mode=calibrate` on the GPU writes ./conf/hardware/calibrated.yaml (replacing any there); the
    planner, with it, predicts the step time of check 1's bf16-mixed run, compared with what it
    measured.
 5. With 2 GPUs or more, a pipeline of P = 2 stages and M = 8 micro-batches (GPipe) of check 1's
@@ -238,6 +238,9 @@ def calibrate(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
     job = [*m.model, "trainer.precision=bf16-mixed", f"trainer.max_steps={m.steps}"]
     runner(*m.hardware, *job, "mode=calibrate", cwd=scratch)
     out = runner("hardware=calibrated", *job, "mode=plan", "plan.json=true", cwd=scratch)
+    kept = Path("conf") / "hardware" / "calibrated.yaml"  # where make gpu-check ran: kept
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(scratch / kept, kept)
     planned = json.loads(out.strip().splitlines()[-1])["step_time_s"]
     actual = measured["step_time_s"]
     error = planned / actual - 1

@@ -249,11 +249,16 @@ def test_calibrate_measures_this_host_into_a_usable_profile(
     from runner.app import run_job
     from runner.modes import calibrate
 
-    monkeypatch.setattr(calibrate, "PROFILE", tmp_path / "calibrated.yaml")
     monkeypatch.setattr(calibrate, "SIZES", [2**12, 2**16, 2**20])
+    installed = Path(calibrate.__file__).resolve().parents[2] / "conf" / "hardware"
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in installed.glob("*.yaml"))
     job = ["mode=calibrate", "model=ffnn"]
     cfg, choices = compose_job(*job)
-    measured = run_job(cfg, choices, job)
+    measured = run_job(cfg, choices, job)  # in tmp_path, the store fixture's working folder
+    # Written where the user works, found there by hardware=calibrated; the package untouched.
+    assert before == sorted((p.name, p.stat().st_mtime_ns) for p in installed.glob("*.yaml"))
+    assert (tmp_path / calibrate.PROFILE).is_file()
+    assert compose_job("hardware=calibrated")[1]["hardware"] == "calibrated"
     peaks = measured["matmul_flops"]  # a CPU: fp32 and bf16, no TF32 or fp16 fast path
     assert set(peaks) == {"fp32", "bf16"} and min(peaks.values()) > 1e8  # 0.1 GFLOP/s
     for link in ("all_reduce", "p2p"):  # more bytes take longer, and loopback moves > 10 MB/s

@@ -10,8 +10,8 @@ there also DTensor's cost per tensor-parallel layer, and gloo's all-reduce and p
 between two processes over 127.0.0.1 for messages from 4 kB to 16 MB, fitted as latency + size /
 bandwidth; on a GPU the links are the profile's own (one process, one
 device, measures no network). The profile, based on the one the run was given, goes to
-conf/hardware/calibrated.yaml (hardware=calibrated), the measurements to an MLflow run (tag
-mode=calibrate).
+./conf/hardware/calibrated.yaml where it runs (hardware=calibrated from there), the measurements
+to an MLflow run (tag mode=calibrate).
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from runner.modes.split_step import layer_overhead_s, splits
 from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
 
-PROFILE = Path(__file__).resolve().parents[2] / "conf" / "hardware" / "calibrated.yaml"
+# Where the user works, not in the installed package: ./conf is on Hydra's search path
+# (conf/config.yaml), so hardware=calibrated finds it there.
+PROFILE = Path("conf") / "hardware" / "calibrated.yaml"
 SIZES = [2**k for k in range(12, 25, 2)]  # 4 kB .. 16 MB
 REPEATS = 5
 CPU = torch.device("cpu")
@@ -329,8 +331,9 @@ def run(
         base = choices.get("hardware") or "cpu"
         if base == "calibrated":  # calibrating again from the last calibration: its own base
             base = "cpu" if cfg.hardware.accelerator == "cpu" else "h100"
+        PROFILE.parent.mkdir(parents=True, exist_ok=True)
         PROFILE.write_text(profile_yaml(measured, base))
         record.client.log_artifact(record.run_id, str(PROFILE))
     print(PROFILE.read_text())
-    print(f"wrote {PROFILE}: use it with hardware=calibrated")
+    print(f"wrote {PROFILE.resolve()}: use it with hardware=calibrated from this folder")
     return measured
