@@ -22,6 +22,7 @@ from runner.config import register_configs
 from runner.errors import SweepJobFailed
 from runner.lifeline import listen_to_ctrl_c
 from runner.preemption import EXIT_PREEMPTED, Preempted
+from runner.quiet import quiet_third_parties
 from runner.validate import ConfigError
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -84,6 +85,7 @@ def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
 
 def main() -> None:
     listen_to_ctrl_c()
+    quiet_third_parties()
     register_configs()
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"  # as Hydra reads it: 0 is off
     os.environ["HYDRA_FULL_ERROR"] = "1"

@@ -11,6 +11,8 @@ import warnings
 
 LIGHTNING_INFO = ("💡 Tip:", "GPU available:", "TPU available:", "HPU available:")
 WARNINGS = (
+    # The working folder's conf/ is on the search path (conf/config.yaml); most folders have none.
+    r"provider=hydra.searchpath in main, path=conf is not available",
     r"The `srun` command is available on your system but is not used",
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
 )
@@ -26,7 +28,7 @@ class DropLines(logging.Filter):
 
 
 def quiet_third_parties() -> None:
-    """In every rank, before Lightning's Trainer is built."""
+    """In the launcher before Hydra composes, and in every rank before Lightning's Trainer."""
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(DropLines(LIGHTNING_INFO))
     for message in WARNINGS:
         warnings.filterwarnings("ignore", message=message)

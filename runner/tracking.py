@@ -30,6 +30,7 @@ from runner.mesh import mesh_of
 from runner.preemption import Preempted, requeue
 
 PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
+PARENT_URI_ENV = "RUNNER_MLFLOW_PARENT_URI"
 OWNER_TAG = "runner.owner"  # host:pid:start of the process that holds the run open
 NESTED_TAG = "mlflow.parentRunId"  # what the MLflow UI nests children by
 
@@ -201,11 +202,21 @@ def recorded_run(
         requeued = requeue()
         if requeued:
             client.set_tag(run.run_id, "requeue", requeued)
+        summarize(client, run.run_id, cfg.logger.tracking_uri)
         raise
     except BaseException:
         run.end("FAILED")
+        summarize(client, run.run_id, cfg.logger.tracking_uri)
         raise
     run.end("FINISHED")
+    summarize(client, run.run_id, cfg.logger.tracking_uri)
+
+
+def summarize(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
+    from runner.summary import print_run_summary
+
+    with contextlib.suppress(MlflowException):  # a store that failed the run: its error speaks
+        print_run_summary(client, run_id, tracking_uri)
 
 
 _parent: Run | None = None  # the sweep's parent run, while this process has one open
@@ -218,6 +229,7 @@ def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
     fail_abandoned(client, exp)
     created = client.create_run(exp, run_name=name, tags={"mode": "sweep", OWNER_TAG: owner()})
     _parent = Run(client, created.info.run_id)
+    os.environ[PARENT_URI_ENV] = tracking_uri  # for the sweep's summary
     os.environ[PARENT_RUN_ENV] = _parent.run_id
     return _parent
 
@@ -227,5 +239,9 @@ def end_parent(status: str) -> None:
     global _parent
     if _parent is not None:
         _parent.end(status)
+        with contextlib.suppress(MlflowException):
+            from runner.summary import print_sweep_summary
+
+            print_sweep_summary(_parent.client, _parent.run_id, os.environ[PARENT_URI_ENV])
         _parent = None
         os.environ.pop(PARENT_RUN_ENV, None)

@@ -56,8 +56,14 @@ def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path) -> None:
 def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> None:
     done = run_cli("-m", "model=neuron,ffnn,decoder", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    for noise in ("Tip:", "GPU available", "LeafSpec", "`srun` command"):  # runner/quiet.py
-        assert noise not in done.stdout + done.stderr, noise
+    for noise in ("Tip:", "GPU available", "LeafSpec", "`srun` command", "searchpath"):
+        assert noise not in done.stdout + done.stderr, noise  # runner/quiet.py
+    # Each run and the sweep end with their summary: status, figures, where, how to look.
+    said = done.stderr.splitlines()
+    assert sum(line.startswith("run ") and line.endswith(": FINISHED") for line in said) == 3
+    assert sum(line.startswith("  final loss ") and "samples/s" in line for line in said) == 3
+    assert any(line.startswith("sweep ") and line.endswith("3 jobs, 3 FINISHED") for line in said)
+    assert said[-1] == "  see it: mlflow ui --backend-store-uri sqlite:///mlflow.db", said[-4:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = all_runs(uri)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]

@@ -1,0 +1,51 @@
+"""The few lines every run and sweep ends with: what it was, how it ended, its headline figures,
+where it is recorded and the command that shows it. On stderr: stdout stays the run's own answer
+(a plan's JSON line, a printed config)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from mlflow import MlflowClient
+
+HEADLINE: tuple[tuple[str, Callable[[float], str]], ...] = (  # (metric, how it reads)
+    ("throughput_samples_per_s", lambda v: f"{v:,.0f} samples/s"),
+    ("idle_fraction", lambda v: f"idle {v:.0%}"),
+    ("cost_usd", lambda v: f"${v:,.2f}" if v >= 0.01 else f"${v:.1e}"),
+)
+
+
+def figures_line(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> str:
+    losses = client.get_metric_history(run_id, "train_loss")
+    shown = [f"final loss {max(losses, key=lambda m: m.step).value:.4f}"] if losses else []
+    shown += [shown_as(metrics[key]) for key, shown_as in HEADLINE if key in metrics]
+    return " | ".join(shown)
+
+
+def where(tracking_uri: str, experiment: str) -> list[str]:
+    return [
+        f"  recorded in {tracking_uri}, experiment {experiment}",
+        f"  see it: mlflow ui --backend-store-uri {tracking_uri}",
+    ]
+
+
+def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
+    run = client.get_run(run_id)
+    experiment = client.get_experiment(run.info.experiment_id).name
+    lines = [f"run {run.info.run_name} ({run_id}): {run.info.status}"]
+    figures = figures_line(client, run_id, run.data.metrics)
+    lines += [f"  {figures}"] if figures else []
+    print("\n".join(lines + where(tracking_uri, experiment)), file=sys.stderr, flush=True)
+
+
+def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str) -> None:
+    parent = client.get_run(parent_id)
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'"
+    )
+    ended = sorted({c.info.status for c in children})
+    counts = ", ".join(f"{sum(c.info.status == s for c in children)} {s}" for s in ended)
+    experiment = client.get_experiment(parent.info.experiment_id).name
+    lines = [f"sweep {parent.info.run_name} ({parent_id}): {len(children)} jobs, {counts}"]
+    print("\n".join(lines + where(tracking_uri, experiment)), file=sys.stderr, flush=True)
