@@ -67,7 +67,7 @@ def end_open_sweep() -> None:
     """A sweep that stopped part-way leaves its parent run FAILED, not RUNNING."""
     tracking = sys.modules.get("runner.tracking")
     if tracking is not None:
-        tracking.end_parent("FAILED")
+        tracking.end_parent("FAILED", summary=False)  # the error line stays the last
 
 
 def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:

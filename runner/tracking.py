@@ -234,14 +234,17 @@ def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
     return _parent
 
 
-def end_parent(status: str) -> None:
-    """End the sweep's parent run if this process opened one that is still open."""
+def end_parent(status: str, summary: bool = True) -> None:
+    """End the sweep's parent run if this process opened one that is still open, and say how it
+    ended (not when an error line must stay the last)."""
     global _parent
-    if _parent is not None:
-        _parent.end(status)
-        with contextlib.suppress(MlflowException):
-            from runner.summary import print_sweep_summary
+    if _parent is None:
+        return
+    _parent.end(status)
+    if summary:
+        from runner.summary import print_sweep_summary
 
+        with contextlib.suppress(MlflowException):
             print_sweep_summary(_parent.client, _parent.run_id, os.environ[PARENT_URI_ENV])
-        _parent = None
-        os.environ.pop(PARENT_RUN_ENV, None)
+    _parent = None
+    os.environ.pop(PARENT_RUN_ENV, None)
