@@ -27,8 +27,12 @@ class DropLines(logging.Filter):
         return not str(record.msg).startswith(self.starts)
 
 
+LIGHTNING_FILTER = DropLines(LIGHTNING_INFO)  # one instance: a logger adds it once
+
+
 def quiet_third_parties() -> None:
-    """In the launcher before Hydra composes, and in every rank before Lightning's Trainer."""
-    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(DropLines(LIGHTNING_INFO))
+    """In the launcher before Hydra composes, and in every rank before Lightning's Trainer (one
+    process can be both: calling it again adds nothing)."""
+    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(LIGHTNING_FILTER)
     for message in WARNINGS:
         warnings.filterwarnings("ignore", message=message)

@@ -248,3 +248,4 @@ def end_parent(status: str, summary: bool = True) -> None:
             print_sweep_summary(_parent.client, _parent.run_id, os.environ[PARENT_URI_ENV])
     _parent = None
     os.environ.pop(PARENT_RUN_ENV, None)
+    os.environ.pop(PARENT_URI_ENV, None)
