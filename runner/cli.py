@@ -83,7 +83,20 @@ def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
     return tuple(kinds)
 
 
+# Hydra's modes of a command line: it takes one, and says so in a traceback
+HYDRA_MODES = {"-m": "--multirun", "--multirun": "--multirun", "-c": "--cfg", "--cfg": "--cfg",
+               "-i": "--info", "--info": "--info", "--run": "--run", "-r": "--run",
+               "-sc": "--shell-completion", "--shell-completion": "--shell-completion"}  # fmt: skip
+
+
+def check_one_mode(args: list[str]) -> None:
+    asked = sorted({HYDRA_MODES[a] for a in args if a in HYDRA_MODES})
+    if len(asked) > 1:
+        fail(f"{' and '.join(asked)}: one at a time (--run, --multirun, --cfg, --info)")
+
+
 def main() -> None:
+    check_one_mode(sys.argv[1:])
     listen_to_ctrl_c()
     quiet_third_parties()
     register_configs()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -85,6 +86,7 @@ def cli_here(
         monkeypatch.setenv("HYDRA_FULL_ERROR", "0")  # main sets it: restored after the test
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
         capfd.readouterr()
+        handlers = logging_handlers()
         try:
             main()
             code = 0
@@ -92,10 +94,23 @@ def cli_here(
             code = stop.code if isinstance(stop.code, int) else 1
         finally:
             GlobalHydra.instance().clear()
+            restore_logging_handlers(handlers)
         out, err = capfd.readouterr()
         return subprocess.CompletedProcess(["runner", *args], code, out, err)
 
     return run
+
+
+def logging_handlers() -> dict[logging.Logger, list[logging.Handler]]:
+    loggers = [logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)]
+    return {log: log.handlers[:] for log in [logging.getLogger(), *loggers]}
+
+
+def restore_logging_handlers(saved: dict[logging.Logger, list[logging.Handler]]) -> None:
+    """Hydra's job logging binds handlers to this test's captured stderr, closed once it ends:
+    a later test logging through them prints "I/O operation on closed file"."""
+    for log in logging_handlers():
+        log.handlers[:] = saved.get(log, [])
 
 
 def start_cli(*args: str, cwd: Path) -> subprocess.Popen:

@@ -98,6 +98,7 @@ BAD = [
     (["+foo=1"], "foo: no such key; the top-level keys are: model, data"),
     (["+trainer.lr_warmup=3"], "trainer.lr_warmup: no such key; trainer has: max_steps"),
     (["logger.tracking_uri=ftp://x"], "logger.tracking_uri: ftp://x: no MLflow store"),
+    (["-m", "parallel.shard=none,full", "--cfg", "hydra"], "--cfg and --multirun: one at a time"),
 ]
 
 

@@ -262,7 +262,8 @@ def link_figures() -> dict[str, Any]:
 
 def profile_yaml(m: Mapping[str, Any], base: str) -> str:
     """The profile `base` with what was measured in place of its figures."""
-    peaks = "\n".join(f"  {k}: {v / 1e12:.5f}" for k, v in m["matmul_flops"].items())
+    # Four significant figures: a slow bf16 path (0.00215 TFLOP/s) keeps its precision
+    peaks = "\n".join(f"  {k}: {float(f'{v / 1e12:.4g}')!r}" for k, v in m["matmul_flops"].items())
     curves = "\n".join(f"  {k}: {json.dumps(v)}" for k, v in m["gemm_efficiency"].items())
     return f"""# This host ({m["device"]}), as `python -m runner mode=calibrate` measured it on
 # {time.strftime("%Y-%m-%d")}, on the profile {base}, at {m["threads"]} thread(s) a rank.

@@ -13,8 +13,10 @@ many sizes (FSDP's gathered weights and gradients) grows it beyond what it ever 
 (measured: a 13.7 M-parameter decoder sharded over 2 ranks held 100 MiB less than under DDP and
 grew resident memory 90 MiB more). `peak_allocated_gib` is the CPU's counterpart of CUDA's peak:
 malloc's bytes in use (glibc's mallinfo2), sampled where a step's holdings change (the end of
-forward and of backward, every data-parallel collective, the optimizer's step), less
-what was in use at training's start, plus the parameters held then. On a GPU it is CUDA's peak.
+forward and of backward, each Linear layer's backward as it begins, every data-parallel
+collective the rank waits for, the optimizer's step), less what was in use at training's start,
+plus the parameters held then. Only on the rank's own thread: a collective that ends in gloo's
+thread ends at a point of the step that depends on the machine's speed. On a GPU it is CUDA's peak.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import ctypes
 import platform
 import re
+import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -95,10 +99,21 @@ class PeakMemory:
         except OSError:
             return  # not Linux, or not allowed: nothing to measure against
         self.base_kib = resident_kib("VmRSS")
+        for layer in module.modules():
+            if isinstance(layer, nn.Linear):
+                layer.register_forward_hook(self._sample_at_backward)
+
+    def _sample_at_backward(self, _: nn.Module, __: Any, output: Any) -> None:
+        # Backward grows the gradients while it frees the activations: the peak may fall inside it
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda _: self.sample())
 
     def sample(self) -> None:
         """Where a step's holdings may peak: malloc's bytes in use now (CPU)."""
-        if self.base_allocated is not None:
+        if (
+            self.base_allocated is not None
+            and threading.current_thread() is threading.main_thread()
+        ):
             self.top_allocated = max(self.top_allocated, allocated_bytes() or 0)
 
     def peak_allocated_gib(self) -> float | None:
