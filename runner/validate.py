@@ -26,9 +26,9 @@ from runner.config.plan import check_plan
 from runner.config.trainer import check_precision, check_recompute, check_trainer
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
-from runner.layouts.rules import check_layout
+from runner.layouts.rules import batch_for_plan, check_layout
 from runner.mesh import Mesh, resolve
-from runner.planner.memory import largest_layer_gib, memory_per_device_gib
+from runner.planner.memory import memory_per_device_gib
 from runner.units import count
 
 __all__ = ["ConfigError", "check", "resolve_mesh", "validate"]
@@ -53,17 +53,6 @@ def check_fits(job: Job) -> None:
         f"{count(params)} parameters need {need:,.0f} GiB per device to train in this layout"
         f"{sharing} (weights, gradients, Adam state, activations); hardware has {have:,.0f} GiB:"
         " too large to train here",
-    )
-
-
-def check_layer_fits(job: Job) -> None:
-    """A plan may split a model until one layer is left per device; not below that."""
-    need, have = largest_layer_gib(job), job.hardware.memory_gib or host_memory_gib()
-    require(
-        need <= have,
-        "hardware.memory_gib",
-        f"{have:,.0f} GiB per device cannot hold even one layer of this model ({need:,.0f} GiB "
-        "with its gradients and optimizer state, split as parallel.tp says)",
     )
 
 
@@ -127,6 +116,8 @@ def validate(cfg: DictConfig) -> Mesh:
 
 def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     """Every rule, in order; the job resolved on the way (None for a model of the user's)."""
+    if cfg.mode == "plan":
+        batch_for_plan(cfg, mesh)
     check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
     check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
     check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
@@ -142,7 +133,6 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
         check_example(cfg.example)
     elif cfg.mode == "plan":
         check_plan(cfg.plan, cfg.model)
-        check_layer_fits(job)
     elif cfg.mode == "train":
         require(
             not cfg.plan.scatter_gather,

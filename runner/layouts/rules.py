@@ -3,7 +3,9 @@ model's layers (the model's spec says how its layers split). Torch-free."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+import sys
+
+from omegaconf import DictConfig, open_dict
 
 from runner.choices import MULTI_STAGE, SCHEDULES, SHARDS
 from runner.errors import one_of, positive, require
@@ -23,6 +25,22 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
         check_accumulation(cfg, mesh)
     if mesh.tp > 1:
         check_tensor(cfg, mesh)
+
+
+def batch_for_plan(cfg: DictConfig, mesh: Mesh) -> None:
+    """A plan answers for any batch: one that does not split into the replicas' micro-batches is
+    planned at the next that does (training refuses it: it would change what is trained)."""
+    m, batch = cfg.parallel.microbatches or 1, cfg.data.batch_size
+    unit = mesh.dp * m
+    if isinstance(batch, int) and batch > 0 and batch % unit:
+        planned = -(-batch // unit) * unit
+        print(
+            f"note: data.batch_size {batch} does not split into {mesh.dp} data-parallel replicas"
+            f" x {m} micro-batches: planned at {planned}",
+            file=sys.stderr,
+        )
+        with open_dict(cfg.data):
+            cfg.data.batch_size = planned
 
 
 def check_data(cfg: DictConfig, mesh: Mesh) -> None:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from runner.job import Job
 from runner.planner import plan
+from runner.planner.memory import largest_layer_gib
 from runner.units import size
 from runner.validate import host_memory_gib
 
@@ -35,7 +36,22 @@ def figures(cfg: DictConfig, job: Job) -> dict[str, Any]:
     out["fits"] = out["mem_per_device_gib"]["total"] <= memory
     if not out["fits"]:  # the step cannot run at all: memory bounds it before time does
         out["bound"] = "memory"
+        out["to_fit"] = to_fit(job, out["mem_per_device_gib"]["total"], memory)
     return out
+
+
+def to_fit(job: Job, need: float, have: float) -> str:
+    """What a layout that does not fit would need."""
+    layer = largest_layer_gib(job)
+    if layer > have:
+        return (
+            f"one layer alone needs {layer:,.0f} GiB at parallel.tp={job.mesh.tp} (with its"
+            f" gradients and optimizer state), a device has {have:,.0f}: a larger parallel.tp"
+        )
+    return (
+        f"{need / have:,.1f} x a device's memory: split it further (parallel.tp, parallel.pp,"
+        " parallel.shard=full) or recompute (trainer.recompute)"
+    )
 
 
 def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
@@ -54,6 +70,7 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
         ("bubble", f"{out['bubble_fraction']:.3f}"),
         ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%}): "
          + _shares(out["time_by_part_s"], out["step_time_s"])),
+        *([("to fit", out["to_fit"])] if "to_fit" in out else []),
         ("bound by", out["bound"]),
         ("throughput", f"{out['tokens_per_s']:,.0f} tokens/s, MFU {out['mfu']:.1%}"),
         ("duration", f"{out['hours']:,.1f} h"),
