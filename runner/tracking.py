@@ -12,6 +12,7 @@ launcher that inherits the environment nests its children.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import time
@@ -105,6 +106,32 @@ def earlier_failure(client: MlflowClient, run_id: str) -> None:
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
+@contextlib.contextmanager
+def one_setup_at_a_time(tracking_uri: str) -> Iterator[None]:
+    """MLflow makes a new SQLite store's tables on first use: two processes that both find the
+    file new both make them, and one fails ("duplicate column name"). An advisory lock beside the
+    file lets one in at a time (a server store orders its writers itself)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        yield
+        return
+    lock = Path(tracking_uri.removeprefix("sqlite:///") + ".lock")
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def open_experiment(tracking_uri: str, name: str) -> tuple[MlflowClient, str]:
+    """A client of the store, and the experiment's id, made if new; stale RUNNING runs failed."""
+    with one_setup_at_a_time(tracking_uri):
+        client = MlflowClient(tracking_uri)
+        exp = experiment_id(client, name)
+    fail_abandoned(client, exp)
+    return client, exp
+
+
 def experiment_id(client: MlflowClient, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is None:
@@ -176,9 +203,7 @@ def recorded_run(
     """Open the job's run (or reopen `resumed`, a run that a snapshot continues) and end it
     FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
     itself fails: never left RUNNING."""
-    client = MlflowClient(cfg.logger.tracking_uri)
-    exp = experiment_id(client, cfg.logger.experiment_name)
-    fail_abandoned(client, exp)
+    client, exp = open_experiment(cfg.logger.tracking_uri, cfg.logger.experiment_name)
     if resumed:
         client.update_run(resumed, status="RUNNING")
         client.set_tag(resumed, OWNER_TAG, owner())
@@ -224,9 +249,7 @@ _parent: Run | None = None  # the sweep's parent run, while this process has one
 
 def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
     global _parent
-    client = MlflowClient(tracking_uri)
-    exp = experiment_id(client, experiment_name)
-    fail_abandoned(client, exp)
+    client, exp = open_experiment(tracking_uri, experiment_name)
     created = client.create_run(exp, run_name=name, tags={"mode": "sweep", OWNER_TAG: owner()})
     _parent = Run(client, created.info.run_id)
     os.environ[PARENT_URI_ENV] = tracking_uri  # for the sweep's summary

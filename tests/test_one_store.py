@@ -1,0 +1,35 @@
+"""Several writers to one SQLite store (runner/tracking.py): runs and a sweep started at the same
+moment against a store that does not exist yet all end FINISHED with every metric."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK, all_runs, cli_job, loss_series
+
+STEPS = 6
+JOB = ["model=neuron", f"trainer.max_steps={STEPS}", *QUICK]
+
+
+@pytest.mark.slow
+def test_runs_and_a_sweep_started_together_on_a_new_store_all_finish_with_every_metric(
+    tmp_path: Path,
+) -> None:
+    with (
+        cli_job(*JOB, "seed=1", cwd=tmp_path) as one,
+        cli_job(*JOB, "seed=2", cwd=tmp_path) as two,
+        cli_job("-m", *JOB, "seed=3,4", cwd=tmp_path) as sweep,
+    ):
+        ended = [(job.communicate(timeout=300)[1], job.returncode) for job in (one, two, sweep)]
+    assert [code for _, code in ended] == [0, 0, 0], ended
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = all_runs(store)
+    trained = [r for r in runs if r.data.tags.get("mode") != "sweep"]
+    assert sorted(r.data.params["seed"] for r in trained) == ["1", "2", "3", "4"]
+    assert {r.info.status for r in runs} == {"FINISHED"} and len(runs) == 5  # the sweep's parent
+    keys = [set(r.data.metrics) for r in trained]
+    assert all(k == keys[0] for k in keys) and "throughput_samples_per_s" in keys[0]
+    for run in trained:
+        assert len(loss_series(store, run.info.run_id)) == STEPS
