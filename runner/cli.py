@@ -25,7 +25,7 @@ from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.quiet import quiet_third_parties
 from runner.validate import ConfigError
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(Path(__file__).resolve().parent / "conf")  # packaged with the code
 EXIT_BAD_INPUT = 2
 
 

@@ -23,10 +23,27 @@ def figures_line(client: MlflowClient, run_id: str, metrics: dict[str, float]) -
     return " | ".join(shown)
 
 
-def where(tracking_uri: str, experiment: str) -> list[str]:
+UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+# MLflow 3's UI opens an experiment as the browser last chose (GenAI or model training, GenAI at
+# first); this parameter opens it on its training runs whatever the browser chose before.
+TRAINING_VIEW = "?workflowType=machine_learning"
+
+
+def page(experiment_id: str, run_id: str | None = None) -> str:
+    """The UI's page of an experiment's runs, or of one run, after the server's address."""
+    run = f"/runs/{run_id}" if run_id else ""
+    return f"/#/experiments/{experiment_id}{run}{TRAINING_VIEW}"
+
+
+def where(tracking_uri: str, experiment: str, shown: str) -> list[str]:
+    """Where the record is and how to look at it: a server's own page, or a store's `mlflow ui`."""
+    lines = [f"  recorded in {tracking_uri}, experiment {experiment}"]
+    if tracking_uri.startswith(("http://", "https://")):
+        return [*lines, f"  see it: {tracking_uri.rstrip('/')}{shown}"]
     return [
-        f"  recorded in {tracking_uri}, experiment {experiment}",
+        *lines,
         f"  see it: mlflow ui --backend-store-uri {tracking_uri}",
+        f"  then open {UI}{shown}",
     ]
 
 
@@ -36,7 +53,8 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
     lines = [f"run {run.info.run_name} ({run_id}): {run.info.status}"]
     figures = figures_line(client, run_id, run.data.metrics)
     lines += [f"  {figures}"] if figures else []
-    print("\n".join(lines + where(tracking_uri, experiment)), file=sys.stderr, flush=True)
+    shown = page(run.info.experiment_id, run_id)
+    print("\n".join(lines + where(tracking_uri, experiment, shown)), file=sys.stderr, flush=True)
 
 
 def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str) -> None:
@@ -48,4 +66,6 @@ def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str)
     counts = ", ".join(f"{sum(c.info.status == s for c in children)} {s}" for s in ended)
     experiment = client.get_experiment(parent.info.experiment_id).name
     lines = [f"sweep {parent.info.run_name} ({parent_id}): {len(children)} jobs, {counts}"]
-    print("\n".join(lines + where(tracking_uri, experiment)), file=sys.stderr, flush=True)
+    lines += ["  compared on the sweep's run: comparison.md, comparison.csv, comparison.png"]
+    shown = page(parent.info.experiment_id)  # the parent's row opens onto its jobs
+    print("\n".join(lines + where(tracking_uri, experiment, shown)), file=sys.stderr, flush=True)

@@ -258,11 +258,16 @@ def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
 
 
 def end_parent(status: str, summary: bool = True) -> None:
-    """End the sweep's parent run if this process opened one that is still open, and say how it
-    ended (not when an error line must stay the last)."""
+    """End the sweep's parent run if this process opened one that is still open, with its jobs
+    compared (runner/comparison.py), and say how it ended (not when an error line must stay the
+    last)."""
     global _parent
     if _parent is None:
         return
+    from runner.comparison import log_comparison
+
+    with contextlib.suppress(MlflowException):  # a store that failed the sweep: its error speaks
+        log_comparison(_parent.client, _parent.run_id)
     _parent.end(status)
     if summary:
         from runner.summary import print_sweep_summary

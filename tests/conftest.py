@@ -9,6 +9,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,7 +35,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 def copy_of_the_repository(dest: Path) -> Path:
     """The code and the configs, for commands that write into the repository (mode=calibrate's
     profile, a recipe's new files) or must run the code as a document shows it."""
-    for part in ("runner", "conf", "plugins", "hydra_plugins", "experiments", "benchmarks"):
+    for part in ("runner", "plugins", "hydra_plugins", "benchmarks"):
         if (REPOSITORY / part).exists():
             shutil.copytree(REPOSITORY / part, dest / part, symlinks=True)
     return dest
@@ -208,3 +210,40 @@ def forget_snapshots_of_step(root: Path, step: int) -> None:
     """Remove every run's snapshot of that step under root, as if the jobs had stopped before."""
     for folder in root.glob(f"**/step_{step:08d}"):
         shutil.rmtree(folder)
+
+
+SERVER_START_S = 180  # an MLflow server answers after about 25 s here; CI may be slower
+
+
+def wait_healthy(url: str, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "the MLflow server exited before answering"
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)  # polling interval for the health endpoint, not a wait for a result
+    raise TimeoutError(f"the MLflow server did not answer at {url} within {SERVER_START_S} s")
+
+
+@contextlib.contextmanager
+def mlflow_serving(command: str, store: str, cwd: Path) -> Iterator[str]:
+    """`mlflow server` or `mlflow ui` on the store, on 127.0.0.1: its URL once it answers."""
+    port = free_port()
+    args = ["--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", store]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", command, *args, "--workers", "1"],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # one process group: the server and its workers end together
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

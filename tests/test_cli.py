@@ -1,5 +1,6 @@
 """The command line as users type it: the seed's examples, a sweep, and bad input."""
 
+import csv
 import itertools
 import os
 import subprocess
@@ -8,8 +9,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from matplotlib.image import imread
 from mlflow import MlflowClient
 
+from runner.cli import CONF_DIR
 from tests.conftest import QUICK, all_runs, run_cli
 
 SEED_NEURON = {
@@ -53,6 +56,7 @@ def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path) -> None:
     assert round(backprop.data.metrics["loss_after"], 3) == 0.007  # the seed's second MSE
 
 
+@pytest.mark.slow  # three jobs and their comparison: half a minute
 def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> None:
     done = run_cli("-m", "model=neuron,ffnn,decoder", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -63,7 +67,8 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> N
     assert sum(line.startswith("run ") and line.endswith(": FINISHED") for line in said) == 3
     assert sum(line.startswith("  final loss ") and "samples/s" in line for line in said) == 3
     assert any(line.startswith("sweep ") and line.endswith("3 jobs, 3 FINISHED") for line in said)
-    assert said[-1] == "  see it: mlflow ui --backend-store-uri sqlite:///mlflow.db", said[-4:]
+    assert said[-2] == "  see it: mlflow ui --backend-store-uri sqlite:///mlflow.db", said[-4:]
+    assert said[-1].startswith("  then open http://127.0.0.1:5000/#/experiments/"), said[-4:]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs = all_runs(uri)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
@@ -78,6 +83,24 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> N
         len(MlflowClient(uri).get_metric_history(r.info.run_id, "train_loss")) == 8
         for r in children
     )
+    # The parent compares its jobs: a row per child with the child's own figures, and a chart.
+    client = MlflowClient(uri)
+    with open(client.download_artifacts(parent.info.run_id, "comparison.csv")) as f:
+        table = {row["run"]: row for row in csv.DictReader(f)}
+    assert sorted(table) == sorted(r.info.run_name for r in children)
+    for child in children:
+        row, history = (
+            table[child.info.run_name],
+            client.get_metric_history(child.info.run_id, "train_loss"),
+        )
+        assert row["status"] == "FINISHED"
+        assert float(row["final train_loss"]) == max(history, key=lambda m: m.step).value
+        assert float(row["samples/s"]) == child.data.metrics["throughput_samples_per_s"]
+    markdown = Path(client.download_artifacts(parent.info.run_id, "comparison.md")).read_text()
+    assert markdown.startswith("| job | run | status | final train_loss | samples/s |")
+    assert len(markdown.splitlines()) == 2 + len(children)
+    picture = imread(client.download_artifacts(parent.info.run_id, "comparison.png"))
+    assert picture.shape[0] > 300 and picture.shape[1] > 600
 
 
 BAD = [
@@ -164,7 +187,7 @@ def test_help_lists_every_option_of_every_group_the_modes_and_examples(
 ) -> None:
     done = cli_here("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    conf = Path(CONF_DIR)
     for group in ("model", "data", "parallel", "hardware", "trainer", "logger", "experiment"):
         lines = done.stdout.splitlines()
         first = next(i for i, ln in enumerate(lines) if ln.lstrip(" +").startswith(f"{group}: "))

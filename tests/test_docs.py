@@ -533,6 +533,7 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
     if o.keys.get("mode") != "calibrate":
         return False
     assert (o.root / "conf" / "hardware" / "calibrated.yaml").is_file()
+    assert not (o.root / "runner" / "conf" / "hardware" / "calibrated.yaml").exists()
     return True
 
 

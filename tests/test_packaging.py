@@ -7,12 +7,15 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+
+from tests.conftest import all_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORTED = ["3.11", "3.12", "3.13"]
@@ -87,3 +90,57 @@ def test_the_sources_compile_under_each_supported_python(version: str, tmp_path:
         timeout=240,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def _installed_without_the_source(tmp_path: Path) -> Path:
+    """A wheel built from a copy of the sources, installed (not editable) into a fresh target: a
+    folder that holds the package and nothing of the repository."""
+    source = tmp_path / "source"
+    for part in ("runner", "plugins", "hydra_plugins"):
+        shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, source / part)
+    wheels = tmp_path / "wheels"
+    build = ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)]
+    pip(*build)
+    (wheel,) = wheels.glob("parallel_runner-*.whl")
+    site = tmp_path / "site"
+    pip("install", "--no-deps", "--target", str(site), str(wheel))
+    return site
+
+
+def pip(*args: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "pip", "--quiet", *args], capture_output=True, text=True, timeout=240
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_into_a_fresh_environment_runs_from_any_directory(
+    tmp_path: Path,
+) -> None:
+    site = _installed_without_the_source(tmp_path)
+    assert (site / "runner" / "conf" / "config.yaml").is_file()
+    assert (site / "runner" / "conf" / "experiment" / "seed_neuron.yaml").is_file()
+    # A fresh environment: the installed package first, this one's dependencies after it, and no
+    # repository on the path (the working folder is elsewhere).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MLFLOW_TRACKING_URI")}
+    env["PYTHONPATH"] = str(site)
+    probe = [sys.executable, "-P", "-c", "import runner; print(runner.__file__)"]
+    where = subprocess.run(probe, cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
+    done = subprocess.run(
+        [sys.executable, "-P", "-m", "runner", "+experiment=seed_neuron"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = all_runs(f"sqlite:///{elsewhere / 'mlflow.db'}")
+    assert run.info.status == "FINISHED"
+    assert round(run.data.metrics["y_hat"], 3) == 0.992  # the seed's worked neuron

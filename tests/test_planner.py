@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from runner import validate
+from runner.cli import CONF_DIR
 from runner.job import resolve_job
 from runner.planner import plan
 from tests.conftest import all_runs, compose_job, run_cli
@@ -273,7 +274,7 @@ def test_calibrate_measures_this_host_into_a_usable_profile(
     from runner.modes import calibrate
 
     monkeypatch.setattr(calibrate, "SIZES", [2**12, 2**16, 2**20])
-    installed = Path(calibrate.__file__).resolve().parents[2] / "conf" / "hardware"
+    installed = Path(CONF_DIR) / "hardware"
     before = sorted((p.name, p.stat().st_mtime_ns) for p in installed.glob("*.yaml"))
     job = ["mode=calibrate", "model=ffnn"]
     cfg, choices = compose_job(*job)

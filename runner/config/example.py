@@ -25,5 +25,6 @@ class ExampleConfig:
 
 
 def check_example(example: Any) -> None:
-    require(example is not None, "example", "mode=example needs an example (see experiments/)")
+    needs = "mode=example needs an example (see runner/conf/experiment/)"
+    require(example is not None, "example", needs)
     one_of(example.name, "example.name", EXAMPLES)

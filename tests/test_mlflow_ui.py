@@ -1,0 +1,93 @@
+"""What a person sees: `mlflow ui` on a sweep's store, opened in headless Chromium (Debian's
+`chromium`, driven by Playwright), at the page the sweep's summary prints. The checks read the
+rendered page: the parent's row opens onto its jobs, the parent's comparison shows each job's
+figures, a job's `train_loss` chart draws one point per step."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import QUICK, all_runs, mlflow_serving, run_cli
+
+BROWSER = shutil.which("chromium")
+STEPS = 6
+# As root, on a machine with no network beyond this one: no sandbox, no background connections.
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOWN_S = 60  # the longest a page may take to show what is asked (the UI loads in seconds)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def page() -> Iterator:
+    """A page of a headless Chromium."""
+    if BROWSER is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=BROWSER, args=FLAGS)
+        try:
+            shown = browser.new_page(viewport={"width": 1400, "height": 900})
+            shown.set_default_timeout(SHOWN_S * 1000)
+            yield shown
+        finally:
+            browser.close()
+
+
+def test_the_ui_shows_a_sweep_its_comparison_and_a_jobs_loss_chart(page, tmp_path: Path) -> None:
+    sweep = ["-m", "model=neuron,ffnn", f"trainer.max_steps={STEPS}", *QUICK]
+    done = run_cli(*sweep, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown_at = done.stderr.splitlines()[-1].removeprefix("  then open http://127.0.0.1:5000")
+    assert shown_at.startswith("/#/experiments/"), done.stderr[-500:]
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    runs = all_runs(store)
+    (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
+    jobs = [r for r in runs if r is not parent]
+    with mlflow_serving("ui", store, cwd=tmp_path) as url:
+        # The experiment's runs, the sweep's parent on a row of its own; opened, its jobs.
+        page.goto(url + shown_at)
+        page.get_by_text(parent.info.run_name, exact=True).wait_for()
+        assert all(page.get_by_text(j.info.run_name).count() == 0 for j in jobs)
+        page.locator('button[data-component-id*="runnamecellrenderer"]').first.click()
+        for job in jobs:
+            page.get_by_text(job.info.run_name, exact=True).wait_for()
+        # The parent's comparison, a row per job with its final loss; its chart drawn.
+        page.goto(f"{url}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+                  "/artifacts?workflowType=machine_learning")  # fmt: skip
+        page.get_by_text("comparison.md").click()
+        rows = page.get_by_role("row").filter(has=page.get_by_role("cell"))  # rendered as a table
+        rows.nth(len(jobs) - 1).wait_for()
+        cells = [row.get_by_role("cell").all_inner_texts() for row in rows.all()]
+        by_model = {row[1]: row for row in cells}  # the sweep's jobs differ by model alone
+        for job in jobs:
+            losses = MlflowClient(store).get_metric_history(job.info.run_id, "train_loss")
+            final = max(losses, key=lambda m: m.step).value
+            assert by_model[job.data.tags["model"]][2:4] == ["FINISHED", f"{final:.4f}"], cells
+        page.get_by_text("comparison.png").click()
+        chart = page.get_by_alt_text("comparison.png")
+        chart.wait_for()
+        assert chart.evaluate("img => img.complete && img.naturalWidth") >= 600
+        # A job's train_loss chart: one point per step.
+        job = jobs[0]
+        page.goto(f"{url}/#/experiments/{job.info.experiment_id}/runs/{job.info.run_id}"
+                  "/model-metrics?workflowType=machine_learning")  # fmt: skip
+        page.get_by_placeholder("Search metric charts").fill("train_loss")
+        card = page.locator('[data-testid="experiment-view-compare-runs-card"]')
+        card.get_by_text("train_loss", exact=True).wait_for()
+        points = card.locator(".js-plotly-plot .scatterlayer .point")
+        points.nth(STEPS - 1).wait_for()
+        assert points.count() == STEPS
