@@ -91,6 +91,9 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     optimizer state included."""
     localized = getattr(trainer.strategy, "localized", [])
     optimizer, swaps = stepped(trainer.optimizers[0]), []
+    # Loading the state gives the optimizer new groups; ZeRO-1 keeps the ones it had (its share
+    # of the parameters, which it broadcasts after each step): those get their shards back too.
+    groups = [(group, group["params"]) for group in optimizer.param_groups]
     for owner, attr, local in localized:
         spec = shard_spec(local)
         shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
@@ -101,6 +104,8 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     finally:
         for owner, attr, before, local, shard in swaps:
             swap(owner, attr, optimizer, shard, local, to_local, put_back=before)
+        for group, params in groups:
+            group["params"] = params
 
 
 def as_dtensor(local: torch.Tensor, spec: Any) -> DTensor:

@@ -1,7 +1,8 @@
 """Sharded data parallelism (parallel.shard): every level equals the single-process run, counts
 every all-gather, reduce-scatter, all-reduce and broadcast exactly as the planner predicts them,
-snapshots and resumes; its meshes with tensor parallelism and the pipeline do too; it holds less
-memory as the planner says, and FSDP's prefetched all-gathers run while the rank computes."""
+snapshots and resumes; its meshes with tensor parallelism and the pipeline do too (ZeRO-3 on
+both, ZeRO-1 and ZeRO-2 over tensor parallelism; decoder and FFNN); it holds less memory as the
+planner says, and FSDP's prefetched all-gathers run while the rank computes."""
 
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ COLLECTIVES = {  # what each level runs over the dp ranks
 # resumed ones redo steps 11 to 20. ZeRO-1 (each replica's own optimizer state) and FSDP (sharded
 # weights, gradients and state: DTensors) are the two ways a replica's state is saved.
 SNAPSHOTS = ["checkpoint.every_n_steps=10", "checkpoint.dir='snapshots/${parallel.shard}'"]
-RESUMED = ("optimizer", "full")
 
 
 def sweep(tmp_path: Path, store: str, *job: str) -> None:
@@ -76,18 +76,15 @@ def test_every_level_equals_the_single_process_run_and_counts_its_collectives(
     job = [*MODELS[model], *COMMON, "parallel=fsdp", "hardware.devices=2"]
     single = loss_series(store, train(*MODELS[model], *COMMON))
     sweep(tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS)
-    if model == "decoder":
-        forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
-        sweep(tmp_path, store, *job, f"parallel.shard={','.join(RESUMED)}", *SNAPSHOTS,
-              "resume=auto")  # fmt: skip
+    forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
+    sweep(tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS, "resume=auto")
     runs = {r.data.params["parallel.shard"]: r for r in parallel_runs(store)}
     assert set(runs) == set(LEVELS)
     for level, run in runs.items():
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), level
         assert_counted_as_planned(run.data.metrics, level, ("dp",))
-        if model == "decoder" and level in RESUMED:
-            assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+        assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
     m = {level: run.data.metrics for level, run in runs.items()}
     gathered = {
         level: m[level]["comm_bytes_per_step/dp/all_gather"] for level in ("gradients", "full")
@@ -106,20 +103,32 @@ def test_every_level_equals_the_single_process_run_and_counts_its_collectives(
             find(cfg)
 
 
+# Per job of a sweep: its level and pipeline depth tell its folder from the other jobs'.
+PER_JOB = [SNAPSHOTS[0], "checkpoint.dir='snapshots/${parallel.shard}_${parallel.pp}'"]
+ON_MESHES = {  # model: the sweep of what the test below leaves out
+    "decoder": ["parallel=fsdp_tp", "parallel.shard=optimizer,gradients"],  # ZeRO-1, -2 over tp
+    "ffnn": ["parallel=fsdp_tp,fsdp_3d"],  # ZeRO-3 over tp, and over pipeline and tp
+}
+DIMS = {"data+tensor": ("dp", "tp"), "data+pipeline+tensor": ("dp", "pp", "tp")}
+
+
 @pytest.mark.slow
 def test_sharded_meshes_with_tensor_and_pipeline_parallelism_equal_the_single_process_run(
     store: str, tmp_path: Path
 ) -> None:
     """parallel=fsdp_tp (2 x 2: FSDP over DTensor's shards) and fsdp_3d (2 x 2 x 2)."""
     single = loss_series(store, train(*MODELS["decoder"], *COMMON))
-    sweep(tmp_path, store, *MODELS["decoder"], *COMMON, "parallel=fsdp_tp,fsdp_3d")
+    job = [*MODELS["decoder"], *COMMON, "parallel=fsdp_tp,fsdp_3d", *PER_JOB]
+    sweep(tmp_path, store, *job)
+    forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
+    sweep(tmp_path, store, *job, "resume=auto")
     runs = {r.data.tags["parallel"]: r for r in parallel_runs(store)}
-    dims = {"data+tensor": ("dp", "tp"), "data+pipeline+tensor": ("dp", "pp", "tp")}
-    assert set(runs) == set(dims)
+    assert set(runs) == set(DIMS) and len(parallel_runs(store)) == 2
     for layout, run in runs.items():
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), layout
-        assert_counted_as_planned(run.data.metrics, "full", dims[layout])
+        assert_counted_as_planned(run.data.metrics, "full", DIMS[layout])
+        assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
 
 
 # Wide enough that the state (3.7 M parameters: 59 MB of weights, gradients and AdamW's moments
@@ -176,3 +185,23 @@ def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
         assert len(hidden) >= len(pairs) / 2, (rank, pairs)
     artifacts = {a.path for a in MlflowClient(store).list_artifacts(runs["full"].info.run_id)}
     assert {"timeline.png", "timeline.trace.json"} <= artifacts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(ON_MESHES))
+def test_the_other_levels_and_models_on_meshes_equal_one_process_and_resume(
+    store: str, tmp_path: Path, model: str
+) -> None:
+    job = [*MODELS[model], *COMMON, *ON_MESHES[model], *PER_JOB]
+    single = loss_series(store, train(*MODELS[model], *COMMON))
+    sweep(tmp_path, store, *job)
+    forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
+    sweep(tmp_path, store, *job, "resume=auto")
+    runs = parallel_runs(store)
+    assert len(runs) == 2  # each resumed its own run
+    for run in runs:
+        level, layout = run.data.params["parallel.shard"], run.data.tags["parallel"]
+        losses = losses_by_step(store, run.info.run_id)
+        assert losses == pytest.approx(single, rel=RELATIVE), (level, layout)
+        assert_counted_as_planned(run.data.metrics, level, DIMS[layout])
+        assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
