@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner.pictures import Figure
+from runner.tracking import children
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,6 @@ COLUMNS = (
     Column("MFU", metric("mfu"), ".2%"),
     Column("cost (USD)", metric("cost_usd"), ".3g"),
 )
-
-
-def children(client: MlflowClient, parent: Run) -> list[Run]:
-    nested = f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
-    found = client.search_runs([parent.info.experiment_id], nested, order_by=["start_time ASC"])
-    return list(found)
 
 
 def differences(names: list[str]) -> list[str]:
@@ -130,12 +125,12 @@ def chart(header: list[str], table: list[dict[str, object]], title: str) -> Figu
     return fig
 
 
-def log_comparison(client: MlflowClient, parent_id: str) -> int:
-    """Log the sweep's comparison on its parent run; the number of jobs compared."""
+def log_comparison(client: MlflowClient, parent_id: str) -> None:
+    """Log the sweep's comparison on its parent run (nothing for a sweep that ran no job)."""
     parent = client.get_run(parent_id)
     runs = children(client, parent)
     if not runs:
-        return 0
+        return
     header, table = rows(client, runs)
     client.log_text(parent_id, as_csv(header, table), "comparison.csv")
     client.log_text(parent_id, as_markdown(header, table), "comparison.md")
@@ -146,4 +141,3 @@ def log_comparison(client: MlflowClient, parent_id: str) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             client.log_figure(parent_id, picture, "comparison.png")
-    return len(runs)

@@ -58,14 +58,15 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
 
 
 def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str) -> None:
+    from runner.tracking import children
+
     parent = client.get_run(parent_id)
-    children = client.search_runs(
-        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'"
-    )
-    ended = sorted({c.info.status for c in children})
-    counts = ", ".join(f"{sum(c.info.status == s for c in children)} {s}" for s in ended)
+    jobs = children(client, parent)
+    ended = sorted({c.info.status for c in jobs})
+    counts = ", ".join(f"{sum(c.info.status == s for c in jobs)} {s}" for s in ended)
     experiment = client.get_experiment(parent.info.experiment_id).name
-    lines = [f"sweep {parent.info.run_name} ({parent_id}): {len(children)} jobs, {counts}"]
-    lines += ["  compared on the sweep's run: comparison.md, comparison.csv, comparison.png"]
+    lines = [f"sweep {parent.info.run_name} ({parent_id}): {len(jobs)} jobs, {counts}"]
+    if jobs:  # runner/comparison.py compared them
+        lines += ["  compared on the sweep's run: comparison.md, comparison.csv, comparison.png"]
     shown = page(parent.info.experiment_id)  # the parent's row opens onto its jobs
     print("\n".join(lines + where(tracking_uri, experiment, shown)), file=sys.stderr, flush=True)

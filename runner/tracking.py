@@ -23,6 +23,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from mlflow.entities import Run as Recorded
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import DictConfig, OmegaConf
@@ -242,6 +243,13 @@ def summarize(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
 
     with contextlib.suppress(MlflowException):  # a store that failed the run: its error speaks
         print_run_summary(client, run_id, tracking_uri)
+
+
+def children(client: MlflowClient, parent: Recorded) -> list[Recorded]:
+    """A sweep's job runs, in the order they started."""
+    nested = f"tags.`{NESTED_TAG}` = '{parent.info.run_id}'"
+    found = client.search_runs([parent.info.experiment_id], nested, order_by=["start_time ASC"])
+    return list(found)
 
 
 _parent: Run | None = None  # the sweep's parent run, while this process has one open
