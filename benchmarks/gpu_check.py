@@ -42,6 +42,19 @@ from mlflow import MlflowClient
 
 from benchmarks.common import QUIET, bounded, runner, training_runs
 from runner.cluster import free_port
+from runner.metrics import (
+    BUBBLE_MEASURED,
+    BUBBLE_THEORY,
+    COMM_BYTES_BY_COLLECTIVE,
+    COMM_OVERLAP_FRACTION,
+    MFU,
+    PEAK_MEMORY,
+    PLAN_STEP_TIME,
+    STEP_TIME,
+    THROUGHPUT,
+    TRAIN_LOSS,
+    prediction,
+)
 
 STEPS = 50
 MFU_GOAL = 0.35  # bf16 compiled, on an H100 or H200
@@ -74,6 +87,7 @@ class Machine:
     hardware: list[str]
     model: list[str]  # check 1's and 4's
     steps: int
+    small_steps: int  # checks 2, 3 and 6, on the small model
     gpus: int  # 0: the rehearsal on this CPU
     name: str
 
@@ -86,11 +100,11 @@ def this_machine(on_cpu: bool) -> Machine:
     import torch
 
     if on_cpu:
-        return Machine(["hardware=cpu"], SMALL, 10, 0, f"this CPU (torch {torch.__version__})")
+        return Machine(["hardware=cpu"], SMALL, 10, 10, 0, f"this CPU (torch {torch.__version__})")
     name = torch.cuda.get_device_name(0)
     profile = next((p for key, p in PROFILES.items() if key in name), "h100")
     hardware = [f"hardware={profile}", "hardware.accelerator=gpu"]
-    return Machine(hardware, GPT2_SMALL, STEPS, torch.cuda.device_count(), name)
+    return Machine(hardware, GPT2_SMALL, STEPS, 20, torch.cuda.device_count(), name)
 
 
 def train(scratch: Path, *args: str) -> dict[str, float]:
@@ -102,7 +116,7 @@ def train(scratch: Path, *args: str) -> dict[str, float]:
 def losses(scratch: Path, run_id: str) -> dict[int, list[float]]:
     """Each step's losses in the order they were logged (a step redone after a resume has two)."""
     client = MlflowClient(f"sqlite:///{scratch.resolve() / 'mlflow.db'}")
-    history = client.get_metric_history(run_id, "train_loss")
+    history = client.get_metric_history(run_id, TRAIN_LOSS.name)
     by_step: dict[int, list[float]] = {}
     for m in sorted(history, key=lambda m: (m.step, m.timestamp)):
         by_step.setdefault(m.step, []).append(m.value)
@@ -126,11 +140,11 @@ def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
                                 f"trainer.warmup_steps={m.steps // 5}", *args)  # fmt: skip
         goal = m.goal if label == "bf16-mixed compiled" else None
         figure = (
-            f"{f['throughput_samples_per_s']:.1f} samples/s, MFU {f['mfu']:.1%} "
-            f"(planned {f['pred/mfu']:.1%}{f', goal {goal:.0%}' if goal else ''}), "
-            f"peak {f['peak_memory_gib']:.2f} GiB (planned {f['pred/peak_memory_gib']:.2f})"
+            f"{f[THROUGHPUT.name]:.1f} samples/s, MFU {f[MFU.name]:.1%} "
+            f"(planned {f[prediction(MFU.name)]:.1%}{f', goal {goal:.0%}' if goal else ''}), "
+            f"peak {f[PEAK_MEMORY.name]:.2f} GiB (planned {f[prediction(PEAK_MEMORY.name)]:.2f})"
         )
-        rows.append(Row(f"1. one device, {label}", figure, goal is None or f["mfu"] >= goal))
+        rows.append(Row(f"1. one device, {label}", figure, goal is None or f[MFU.name] >= goal))
     return [*rows, measuring_cost(scratch, m, runs["bf16-mixed"])], runs["bf16-mixed"]
 
 
@@ -140,7 +154,7 @@ def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row
     f = train(scratch, *m.hardware, *m.model, f"trainer.max_steps={m.steps}",
               f"trainer.warmup_steps={m.steps // 5}", "trainer.precision=bf16-mixed",
               "trainer.measure=false")  # fmt: skip
-    ratio = measured["throughput_samples_per_s"] / f["throughput_samples_per_s"]
+    ratio = measured[THROUGHPUT.name] / f[THROUGHPUT.name]
     figure = f"samples/s measuring on / off {ratio:.3f} (goal {MEASURING_GOAL})"
     if not m.gpus:  # one run a side on a shared CPU: noise (benchmarks/overhead.py does rounds)
         return Row("1. cost of measuring", f"{figure}, not judged on a CPU", True)
@@ -149,13 +163,13 @@ def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row
 
 def single_run(scratch: Path, m: Machine) -> str:
     """The one-rank run checks 2 and 6 compare with: fp32 (no TF32), no dropout."""
-    train(scratch, *m.hardware, *SMALL, "model.dropout=0", "trainer.max_steps=20")
+    train(scratch, *m.hardware, *SMALL, "model.dropout=0", f"trainer.max_steps={m.small_steps}")
     return training_runs(scratch)[-1].info.run_id
 
 
 def pair_run(scratch: Path, m: Machine, *extra: str) -> tuple[str, Any]:
     """Check 1's job on two data-parallel ranks, and how they ran; the run."""
-    job = [*m.hardware, *SMALL, "model.dropout=0", "trainer.max_steps=20", *extra]
+    job = [*m.hardware, *SMALL, "model.dropout=0", f"trainer.max_steps={m.small_steps}", *extra]
     if m.gpus >= 2:
         how = "2 GPUs, NCCL"
         train(scratch, *job, "parallel=data", "hardware.devices=2")
@@ -171,7 +185,7 @@ def data_parallel(scratch: Path, m: Machine, single: str) -> Row:
     # Sampled traces: does backward overlap the all-reduce?
     how, pair = pair_run(scratch, m, "trainer.profile_every_n_steps=5")
     one, two = ([v[-1] for v in losses(scratch, r).values()] for r in (single, pair.info.run_id))
-    diff, overlap = worst(two, one), pair.data.metrics["comm_overlap_fraction"]
+    diff, overlap = worst(two, one), pair.data.metrics[COMM_OVERLAP_FRACTION.name]
     figure = (
         f"{how}: losses within {diff:.1e} of one rank's (bound {LOSS_RELATIVE:.0e}); all-reduce "
         f"overlapped by compute {overlap:.0%}"
@@ -188,8 +202,8 @@ def sharded(scratch: Path, m: Machine, single: str) -> Row:
     how, pair = pair_run(scratch, m, "parallel.shard=full")
     one, two = ([v[-1] for v in losses(scratch, r).values()] for r in (single, pair.info.run_id))
     f, diff = pair.data.metrics, worst(two, one)
-    counted = [f"comm_bytes_per_step/dp/{c}" for c in ("all_gather", "reduce_scatter")]
-    exact = all(f.get(k, -1) == f.get(f"pred/{k}") for k in counted)
+    counted = [COMM_BYTES_BY_COLLECTIVE.at(collective=c) for c in ("all_gather", "reduce_scatter")]
+    exact = all(f.get(k, -1) == f.get(prediction(k)) for k in counted)
     figure = (
         f"{how}: losses within {diff:.1e} of one rank's (bound {LOSS_RELATIVE:.0e}); gathered and "
         f"scattered bytes {'equal' if exact else 'DIFFER from'} the planner's"
@@ -214,12 +228,13 @@ def two_nodes(scratch: Path, *args: str) -> None:
 
 
 def resume(scratch: Path, m: Machine) -> Row:
-    """Check 3: dropout on, snapshots every 10 steps; the step-20 snapshot removed, the job
-    resumes from step 10 in the same run and redoes steps 11-20."""
-    job = [*m.hardware, *SMALL, "model.dropout=0.1", "trainer.max_steps=20",
-           "checkpoint.every_n_steps=10"]  # fmt: skip
+    """Check 3: dropout on, a snapshot half-way and one at the end (steps 10 and 20 on a GPU); the
+    last one removed, the job resumes from the first in the same run and redoes the second half."""
+    last, half = m.small_steps, m.small_steps // 2
+    job = [*m.hardware, *SMALL, "model.dropout=0.1", f"trainer.max_steps={last}",
+           f"checkpoint.every_n_steps={half}"]  # fmt: skip
     train(scratch, *job)
-    for folder in (scratch / "snapshots").glob("**/step_00000020"):
+    for folder in (scratch / "snapshots").glob(f"**/step_{last:08d}"):
         shutil.rmtree(folder)
     train(scratch, *job, "resume=auto")
     by_step = losses(scratch, training_runs(scratch)[-1].info.run_id)
@@ -229,7 +244,7 @@ def resume(scratch: Path, m: Machine) -> Row:
     figure = f"{len(redone)} steps redone, within {diff:.1e} of the first pass"
     bound = REDONE_RELATIVE[m.gpus > 0]
     return Row("3. snapshot and resume, dropout", f"{figure} (bound {bound:.0e})",
-               len(redone) == 10 and diff <= bound)  # fmt: skip
+               len(redone) == half and diff <= bound)  # fmt: skip
 
 
 def calibrate(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
@@ -241,8 +256,8 @@ def calibrate(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
     kept = Path("conf") / "hardware" / "calibrated.yaml"  # where make gpu-check ran: kept
     kept.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(scratch / kept, kept)
-    planned = json.loads(out.strip().splitlines()[-1])["step_time_s"]
-    actual = measured["step_time_s"]
+    planned = json.loads(out.strip().splitlines()[-1])[PLAN_STEP_TIME.name]
+    actual = measured[STEP_TIME.name]
     error = planned / actual - 1
     figure = f"profile written; step time planned {planned:.4f} s, measured {actual:.4f} s"
     if not m.gpus:  # a shared 2-core CPU's timings are noise: the rehearsal judges no speed
@@ -262,10 +277,10 @@ def bubble(scratch: Path, m: Machine) -> Row:
     f = train(scratch, *m.hardware, *m.model, "parallel=pipeline", "hardware.devices=2",
               "parallel.microbatches=8", "parallel.schedule=gpipe", f"trainer.max_steps={m.steps}",
               f"trainer.warmup_steps={m.steps // 5}")  # fmt: skip
-    gap = f["bubble_fraction_measured"] - f["bubble_fraction_theory"]
+    measured, theory = f[BUBBLE_MEASURED.name], f[BUBBLE_THEORY.name]
+    gap = measured - theory
     figure = (
-        f"P=2, M=8: measured {f['bubble_fraction_measured']:.3f}, theory "
-        f"{f['bubble_fraction_theory']:.3f} ({gap:+.3f}, bound {BUBBLE_GAP})"
+        f"P=2, M=8: measured {measured:.3f}, theory {theory:.3f} ({gap:+.3f}, bound {BUBBLE_GAP})"
     )
     if not m.gpus:  # 2 ranks on 2 shared cores: benchmarks/pipeline_bubble judges it in rounds
         return Row("5. pipeline bubble", f"{figure}, not judged on a CPU", True)

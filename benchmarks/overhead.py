@@ -33,6 +33,7 @@ from statistics import fmean, median
 
 from benchmarks.common import bounded, last_metrics, ratio_line, runner
 from benchmarks.plain_loop import RESULTS_ENV, result_file
+from runner.metrics import COMM_TIME, COMPUTE_TIME, THROUGHPUT
 
 STEPS, WARMUP = 30, 5
 # One run takes 10-25 s here; one still running after this is stuck (a rank, a rendezvous), and
@@ -64,8 +65,8 @@ def runner_run(folder: str, *overrides: str) -> Measured:
     exposed all-reduce out (that is comm); the plain loop's backward holds it, so it is added."""
     runner(*JOB, *overrides, cwd=folder, timeout_s=RUN_TIMEOUT_S)
     m = last_metrics(folder)
-    work = m.get("compute_time_s", nan) + m.get("comm_time_s", nan)
-    return measured(m["throughput_samples_per_s"], work)
+    work = m.get(COMPUTE_TIME.name, nan) + m.get(COMM_TIME.name, nan)
+    return measured(m[THROUGHPUT.name], work)
 
 
 def plain_run(world: int, *overrides: str) -> Measured:
@@ -85,8 +86,8 @@ def plain_run(world: int, *overrides: str) -> Measured:
         if lost:
             sys.exit(f"the plain loop left no result in {', '.join(lost)}:\n{done.stderr[-3000:]}")
         ranks = [json.loads(f.read_text()) for f in files.values()]
-    samples_per_s = ranks[0]["throughput_samples_per_s"]
-    return measured(samples_per_s, fmean(r["compute_time_s"] for r in ranks))  # as the runner's
+    samples_per_s = ranks[0][THROUGHPUT.name]
+    return measured(samples_per_s, fmean(r[COMPUTE_TIME.name] for r in ranks))  # as the runner's
 
 
 def rounds(count: int, **sides: Callable[[], Measured]) -> list[dict[str, Measured]]:

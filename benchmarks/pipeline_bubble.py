@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 from benchmarks.common import QUIET, ratio_line, runner, training_runs
+from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, THROUGHPUT
 
 JOB = ["model=decoder", "model.dropout=0", "model.n_layers=5", "model.d_model=256"]
 JOB += ["data.batch_size=96", "trainer.max_steps=10", "trainer.warmup_steps=3", *QUIET]
@@ -40,16 +41,14 @@ def main() -> None:
     }
     print(f"{'schedule':<10}{'M':>4}{'theory':>9}{'measured':>10}{'gap':>8}{'samples/s':>11}")
     for (schedule, mb), m in sorted(rows.items()):
-        theory, measured = m["bubble_fraction_theory"], m["bubble_fraction_measured"]
+        theory, measured = m[BUBBLE_THEORY.name], m[BUBBLE_MEASURED.name]
         print(
             f"{schedule:<10}{mb:>4}{theory:>9.3f}{measured:>10.3f}{measured - theory:>+8.3f}"
-            f"{m['throughput_samples_per_s']:>11.1f}"
+            f"{m[THROUGHPUT.name]:>11.1f}"
         )
-    print(f"{'none':<10}{'':>4}{'':>9}{'':>10}{'':>8}{single['throughput_samples_per_s']:>11.1f}")
-    best = rows[("1f1b", 8)]["throughput_samples_per_s"] / single["throughput_samples_per_s"]
-    worst = max(
-        abs(m["bubble_fraction_measured"] - m["bubble_fraction_theory"]) for m in rows.values()
-    )
+    print(f"{'none':<10}{'':>4}{'':>9}{'':>10}{'':>8}{single[THROUGHPUT.name]:>11.1f}")
+    best = rows[("1f1b", 8)][THROUGHPUT.name] / single[THROUGHPUT.name]
+    worst = max(abs(m[BUBBLE_MEASURED.name] - m[BUBBLE_THEORY.name]) for m in rows.values())
     print(ratio_line("pipeline 1f1b M=8 / one process, samples/s", best, "none"))
     print(ratio_line("worst bubble gap, measured - theory", worst, "< 0.1"))
 

@@ -20,6 +20,7 @@ from statistics import median
 
 from benchmarks.plain_loop import config
 from runner.job import resolve_job
+from runner.metrics import PLAN_MFU, PLAN_STEP_TIME
 from runner.planner import plan
 from runner.validate import validate
 
@@ -79,8 +80,8 @@ def equation_3_flops(row: Row) -> float:
 
 def compare(row: Row) -> dict[str, float]:
     out = planned(row)
-    tflops = equation_3_flops(row) / out["step_time_s"] / row.gpus / 1e12
-    return {"tflops": tflops, "error": tflops / row.tflops - 1, "mfu": out["mfu"]}
+    tflops = equation_3_flops(row) / out[PLAN_STEP_TIME.name] / row.gpus / 1e12
+    return {"tflops": tflops, "error": tflops / row.tflops - 1, PLAN_MFU.name: out[PLAN_MFU.name]}
 
 
 def table(rows: list[Row]) -> tuple[str, list[float]]:
@@ -94,7 +95,7 @@ def table(rows: list[Row]) -> tuple[str, list[float]]:
         errors.append(c["error"])
         lines.append(
             f"| {row.params_b:,.1f} | {row.tp} | {row.pp} | {row.gpus:,} | {row.batch:,} | "
-            f"{row.tflops:.0f} | {c['tflops']:.0f} | {c['error']:+.1%} | {c['mfu']:.1%} |"
+            f"{row.tflops:.0f} | {c['tflops']:.0f} | {c['error']:+.1%} | {c[PLAN_MFU.name]:.1%} |"
         )
     return "\n".join(lines), errors
 

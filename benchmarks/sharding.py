@@ -16,6 +16,7 @@ import tempfile
 from statistics import median
 
 from benchmarks.common import QUIET, ratio_line, runner, training_runs
+from runner.metrics import PEAK_ALLOCATED, PEAK_MEMORY, THROUGHPUT, prediction
 
 LEVELS = ["none", "optimizer", "gradients", "full"]
 ROUNDS = 3
@@ -24,9 +25,9 @@ JOB = [
     "data.batch_size=8", "trainer.max_steps=12", "trainer.warmup_steps=4",
     "parallel=fsdp", "hardware.devices=2", *QUIET,
 ]  # fmt: skip
-FIGURES = {"samples/s": "throughput_samples_per_s", "resident GiB": "peak_memory_gib",
-           "allocated GiB": "peak_allocated_gib",
-           "planned GiB": "pred/peak_memory_gib"}  # fmt: skip
+FIGURES = {"samples/s": THROUGHPUT.name, "resident GiB": PEAK_MEMORY.name,
+           "allocated GiB": PEAK_ALLOCATED.name,
+           "planned GiB": prediction(PEAK_MEMORY.name)}  # fmt: skip
 
 
 def one_round(folder: str, order: list[str], extra: list[str]) -> dict[str, dict[str, float]]:

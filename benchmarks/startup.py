@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from benchmarks.common import QUIET, RUN_LIMIT_S, ratio_line, timed_runner, training_runs
+from runner.metrics import THROUGHPUT
 
 REPEATS = 3
 SWEEP_STEPS = 60
@@ -76,9 +77,7 @@ def sweep_ratio(tmp: str) -> tuple[float, float, float]:
     """(sweep wall, its training steps' time, one start-up)."""
     wall = timed_runner(*SWEEP, *QUIET, cwd=tmp)
     steps = sum(
-        SWEEP_STEPS
-        * int(r.data.params["data.batch_size"])
-        / r.data.metrics["throughput_samples_per_s"]
+        SWEEP_STEPS * int(r.data.params["data.batch_size"]) / r.data.metrics[THROUGHPUT.name]
         for r in training_runs(tmp)
     )
     return wall, steps, interpreter_startup()

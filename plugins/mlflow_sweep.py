@@ -12,12 +12,12 @@ class MlflowSweepCallback(Callback):
 
         if global_rank() != 0:  # a sweep under torchrun or srun: one parent, from rank 0
             return
-        from runner.tracking import start_parent
+        from runner.sweep_run import start_parent
 
         sweep = " ".join(config.hydra.overrides.task)
         start_parent(config.logger.tracking_uri, config.logger.experiment_name, f"sweep: {sweep}")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from runner.tracking import end_parent
+        from runner.sweep_run import end_parent
 
         end_parent("FINISHED")

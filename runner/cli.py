@@ -17,9 +17,10 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from runner import open_sweep
 from runner.cluster import external_launcher, global_rank
 from runner.config import register_configs
-from runner.errors import SweepJobFailed
+from runner.errors import JobFailed, Stopped, SweepJobFailed
 from runner.lifeline import listen_to_ctrl_c
 from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.quiet import quiet_third_parties
@@ -63,24 +64,9 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(EXIT_BAD_INPUT)
 
 
-def end_open_sweep() -> None:
-    """A sweep that stopped part-way leaves its parent run FAILED, not RUNNING."""
-    tracking = sys.modules.get("runner.tracking")
-    if tracking is not None:
-        tracking.end_parent("FAILED", summary=False)  # the error line stays the last
-
-
-def stopped_by_user_or_rank() -> tuple[type[BaseException], ...]:
-    """Ctrl-C, a signal to the launcher, a failed rank, a sweep's job that a cluster ended: one
-    line, no traceback of the launcher."""
-    kinds: list[type[BaseException]] = [KeyboardInterrupt, SweepJobFailed]
-    if "runner.launch" in sys.modules:  # imported only by jobs that trained
-        from torch.distributed.elastic.multiprocessing.api import SignalException
-
-        from runner.launch import JobFailed
-
-        kinds += [JobFailed, SignalException]
-    return tuple(kinds)
+# Ctrl-C, a signal to the launcher, a failed rank, a sweep's job that a cluster ended: one line,
+# no traceback of the launcher (the ranks printed their own traces).
+STOPPED = (KeyboardInterrupt, SweepJobFailed, JobFailed, Stopped)
 
 
 # Hydra's modes of a command line: it takes one, and says so in a traceback
@@ -106,16 +92,16 @@ def main() -> None:
     try:
         entry()
     except (HydraException, OmegaConfBaseException) as error:
-        end_open_sweep()
+        open_sweep.end_failed()  # a sweep that stopped part-way: FAILED, not RUNNING
         if full_trace:
             raise
         fail(one_line(error))
     except BaseException as error:
-        end_open_sweep()
+        open_sweep.end_failed()  # a sweep that stopped part-way: FAILED, not RUNNING
         if isinstance(error, Preempted):  # asked to stop (runner/preemption.py)
             print(f"stopped: {error}; resume=auto continues its run", file=sys.stderr)
             raise SystemExit(EXIT_PREEMPTED) from None
-        if isinstance(error, stopped_by_user_or_rank()):  # the ranks printed their own traces
+        if isinstance(error, STOPPED):
             print(f"error: {error or 'interrupted'}", file=sys.stderr)
             raise SystemExit(1) from None
         raise

@@ -2,7 +2,8 @@
 
 torchrun sets TORCHELASTIC_RUN_ID, RANK and WORLD_SIZE. Under SLURM, only a job step started by
 `srun` has one process per task (SLURM_STEP_NUM_TASKS); an sbatch script's body or an salloc shell
-does not, and there the runner must launch the processes itself or refuse.
+does not, and there the runner must launch the processes itself or refuse. And where ranks on
+this host meet: 127.0.0.1, never another interface.
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ import socket
 import sys
 
 from omegaconf import DictConfig
+
+LOOPBACK = "127.0.0.1"
+
+
+def bind_gloo_to_loopback() -> None:
+    """When every rank is on this host, gloo must use loopback, never another interface."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
 def free_port() -> int:

@@ -16,6 +16,17 @@ from dataclasses import dataclass
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from runner.metrics import (
+    COMM_BYTES_PER_STEP,
+    COST,
+    IDLE_FRACTION,
+    MFU,
+    PEAK_MEMORY,
+    PLAN_MEMORY,
+    STEP_TIME,
+    THROUGHPUT,
+    TRAIN_LOSS,
+)
 from runner.pictures import Figure
 from runner.tracking import children
 
@@ -33,27 +44,31 @@ def metric(*keys: str) -> Callable[[MlflowClient, Run], float | None]:
 
 
 def final_loss(client: MlflowClient, run: Run) -> float | None:
-    history = client.get_metric_history(run.info.run_id, "train_loss")
+    history = client.get_metric_history(run.info.run_id, TRAIN_LOSS.name)
     return max(history, key=lambda m: m.step).value if history else None
 
 
 def bytes_per_step(_: MlflowClient, run: Run) -> float | None:
-    """Every mesh dimension's bytes per step and rank (not the per-collective split below it)."""
-    dims = [v for k, v in run.data.metrics.items() if k.count("/") == 1 and k.startswith("comm_b")]
+    """Every mesh dimension's bytes per step and rank (not the per-collective split below it):
+    what a training run measured, or a plan predicts, under the same names."""
+    keys = [COMM_BYTES_PER_STEP.at(dim=dim) for dim in ("dp", "tp", "pp")]
+    dims = [run.data.metrics[k] for k in keys if k in run.data.metrics]
     return sum(dims) if dims else None
 
 
 LABELS = ("job", "run", "status")
 LABEL_CHARS = 28  # a label's line beside a bar, at 8 points
 COLUMNS = (
-    Column("final train_loss", final_loss, ".4f"),
-    Column("samples/s", metric("throughput_samples_per_s"), ",.1f"),
-    Column("step time (s)", metric("step_time_s"), ".4g"),
-    Column("idle fraction", metric("idle_fraction"), ".1%"),
+    Column(f"final {TRAIN_LOSS.name}", final_loss, ".4f"),
+    Column("samples/s", metric(THROUGHPUT.name), ",.1f"),
+    Column("step time (s)", metric(STEP_TIME.name), ".4g"),
+    Column("idle fraction", metric(IDLE_FRACTION.name), ".1%"),
     Column("bytes/step", bytes_per_step, ",.0f"),
-    Column("peak memory (GiB)", metric("peak_memory_gib", "mem_per_device_gib/total"), ".3g"),
-    Column("MFU", metric("mfu"), ".2%"),
-    Column("cost (USD)", metric("cost_usd"), ".3g"),
+    Column(
+        "peak memory (GiB)", metric(PEAK_MEMORY.name, PLAN_MEMORY.at(memory_part="total")), ".3g"
+    ),
+    Column("MFU", metric(MFU.name), ".2%"),
+    Column("cost (USD)", metric(COST.name), ".3g"),
 )
 
 

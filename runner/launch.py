@@ -11,31 +11,26 @@ and ends it FINISHED, or FAILED with the failing rank in the tag `failed_rank`.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import multiprocessing
-import multiprocessing.forkserver
 import os
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from runner import preemption
-from runner.errors import ConfigError
-from runner.lifeline import LAUNCHER_ENV, die_with_parent, listen_to_ctrl_c
+from runner.cluster import LOOPBACK
+from runner.errors import ConfigError, JobFailed, Stopped
+from runner.lifeline import die_with_parent, listen_to_ctrl_c
 from runner.planner.failures import lost_work
 from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.tracking import Run
-
-LOOPBACK = "127.0.0.1"
-
-
-def bind_gloo_to_loopback() -> None:
-    """When every rank is on this host, gloo must use loopback, never another interface."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
 def rank_main(
@@ -52,49 +47,38 @@ def rank_main(
     return train(OmegaConf.create(cfg), run_id, progress, resume)
 
 
-def spawned_rank_main(*args: Any) -> dict[str, float]:
+def spawned_rank_main(cwd: str, *args: Any) -> dict[str, float]:
     """rank_main in a rank this process spawned: the fork server's child, it ends with the server
-    (runner/lifeline.py). Stopped on request, it exits with EXIT_PREEMPTED, which the launcher
-    tells from a failure."""
+    (runner/lifeline.py). It works where the launcher does: the server, which lives on across a
+    sweep's jobs, may have started elsewhere (a job of its own folder, hydra.job.chdir). Stopped on
+    request, it exits with EXIT_PREEMPTED, which the launcher tells from a failure."""
     die_with_parent()
+    os.chdir(cwd)
     try:
         return rank_main(*args)
     except Preempted:
         os._exit(EXIT_PREEMPTED)  # nothing of the rank's is left to clean up: its snapshot is in
 
 
-# What every rank imports (torch, Lightning, the strategies) and what rank 0 records with after
-# training (MLflow, matplotlib): seconds of imports, done once in the fork server.
-PRELOAD = [
-    "runner.lifeline",  # first: the server ends with this process (runner/lifeline.py)
-    "runner.training.rank",
-    "runner.training.record",
-    "mlflow.store.tracking.sqlalchemy_store",
-]
-
-
-def start_fork_server() -> None:
-    """Ranks fork from a server that has imported PRELOAD once, rather than each importing it
-    again; the server lives on across a sweep's jobs. Started first, it imports while this process
-    opens the MLflow run. Nothing of this process (its MLflow connection, its threads) is forked:
-    the server starts clean."""
-    os.environ[LAUNCHER_ENV] = str(os.getpid())
-    preemption.ignore()  # the ranks' signal; the server and the tracker inherit the ignoring
-    multiprocessing.set_forkserver_preload(PRELOAD)
-    multiprocessing.forkserver.ensure_running()
-
-
 def spawn(
-    cfg: dict[str, Any], world: int, record: Run, resume: tuple[str, int] | None = None
+    cfg: dict[str, Any],
+    world: int,
+    record: Run | None = None,
+    resume: tuple[str, int] | None = None,
 ) -> dict[str, float]:
+    """The job's ranks, forked by the fork server (runner/fork_server.py) and rendezvoused on
+    127.0.0.1; rank 0's figures. Without a record (mode=calibrate's own measurement) nothing is
+    logged and a failure raises JobFailed without being recorded."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    run_id = record.run_id if record else None
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=world,
-        run_id=record.run_id,
+        run_id=run_id or uuid.uuid4().hex,
         rdzv_backend="c10d",
         rdzv_endpoint=f"{LOOPBACK}:0",
         local_addr=LOOPBACK,
@@ -103,17 +87,41 @@ def spawn(
         start_method="forkserver",
     )
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress:
+    with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress, own_signals():
         try:
             launched = elastic_launch(config, spawned_rank_main)
-            return launched(cfg, record.run_id, progress, resume)[0]
+            return launched(os.getcwd(), cfg, run_id, progress, resume)[0]
+        except SignalException as stop:  # torch's launcher stopped the ranks
+            raise Stopped(str(stop)) from None
         except ChildFailedError as failed:
-            if all(f.exitcode == EXIT_PREEMPTED for f in failed.failures.values()):
-                step, _ = last_snapshot(Path(cfg["checkpoint"]["dir"]) / record.run_id, started)
+            if run_id and all(f.exitcode == EXIT_PREEMPTED for f in failed.failures.values()):
+                step, _ = last_snapshot(Path(cfg["checkpoint"]["dir"]) / run_id, started)
                 raise Preempted(step) from None
             steps = reached(progress, world)
             rank, why = root_failure(failed.failures, steps)
+            if record is None:
+                raise JobFailed(rank, why) from failed
             raise record_failure(cfg, world, record, steps, started, rank, why) from failed
+
+
+# What torch's launcher answers itself while ranks run (it raises SignalException), and leaves so
+TERMINATING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+@contextlib.contextmanager
+def own_signals() -> Iterator[None]:
+    """The launcher's signal handlers put back once its ranks have ended: torch's launcher sets its
+    own and leaves them, so that a later job in this process (a sweep's next one, a single-device
+    job) would answer Ctrl-C with torch's exception rather than Python's."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.getsignal(sig) for sig in TERMINATING}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def in_process(
@@ -200,14 +208,3 @@ def reason(failure: Any) -> str:
 def first_line(text: str) -> str:
     """An error raised in a DDP hook's callback carries torch's "At:" frames too: its first line."""
     return next((line for line in text.splitlines() if line.strip()), "")
-
-
-class JobFailed(RuntimeError):
-    """A rank of the job failed; the run is FAILED and names it."""
-
-    def __init__(self, rank: int, why: str) -> None:
-        super().__init__(f"rank {rank} failed: {why}")
-        self.rank, self.why = rank, why
-
-    def __reduce__(self) -> tuple[type, tuple[int, str]]:  # pickled by a sweep on SLURM
-        return JobFailed, (self.rank, self.why)

@@ -34,6 +34,7 @@ from torch.distributed.tensor import DTensor
 
 from runner.compat.ddp_dtensor import shard_spec
 from runner.errors import ConfigError, require
+from runner.layouts.layout import layout_of
 from runner.mesh import mesh_of
 from runner.preemption import Preempted
 
@@ -59,24 +60,6 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
     } | ({"shard": shard} if shard != "none" else {})
 
 
-def state_view(trainer: pl.Trainer) -> nn.Module:
-    model, strategy = trainer.lightning_module.model, trainer.strategy
-    stage_ids = getattr(strategy, "stage_ids", None)
-    if stage_ids is None:
-        return model
-    return nn.ModuleDict({f"stage{s}": part for s, part in zip(stage_ids, model, strict=True)})
-
-
-def optim_key(trainer: pl.Trainer) -> str:
-    """Pipeline ranks' optimizers hold different stages: one key per pipeline position (its
-    tensor-parallel shards and data-parallel replicas share it, as DCP expects). ZeRO-1's replicas
-    each hold the state of their own share of the parameters: one key each."""
-    coords = getattr(trainer.strategy, "coords", None)
-    key = f"optim/pp{coords['pp']}" if hasattr(trainer.strategy, "stage_ids") else "optim"
-    zero = isinstance(trainer.optimizers[0], ZeroRedundancyOptimizer)
-    return f"{key}/dp{coords['dp']}" if zero else key
-
-
 def stepped(optimizer: Any) -> Any:
     """The optimizer whose state this rank holds: under ZeRO-1, the one stepping its share."""
     return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
@@ -85,16 +68,16 @@ def stepped(optimizer: Any) -> Any:
 @contextlib.contextmanager
 def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     """Data parallelism over tensor-parallel shards: torch's DDP holds every shard as a plain local
-    tensor (the strategy's `localized`), and after the first forward the module lists none of them.
+    tensor (the layout's `local_shards`), and after the first forward the module lists none of them.
     While a snapshot is written or read, module and optimizer see each shard as a DTensor parameter
     over the same storage, as they do without DDP; then everything is put back, loaded values and
     optimizer state included."""
-    localized = getattr(trainer.strategy, "localized", [])
     optimizer, swaps = stepped(trainer.optimizers[0]), []
     # Loading the state gives the optimizer new groups; ZeRO-1 keeps the ones it had (its share
     # of the parameters, which it broadcasts after each step): those get their shards back too.
     groups = [(group, group["params"]) for group in optimizer.param_groups]
-    for owner, attr, local in localized:
+    for held in layout_of(trainer.strategy).local_shards():
+        owner, attr, local = held.owner, held.attr, held.param
         spec = shard_spec(local)
         shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
         swaps.append((owner, attr, getattr(owner, attr), local, shard))
@@ -140,9 +123,12 @@ def swap(
 
 
 def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
-    view = state_view(trainer)
+    """The module whose state is kept, and the state: the model's and this rank's optimizer's
+    under the keys of its layout (runner/layouts/layout.py)."""
+    layout = layout_of(trainer.strategy)
+    view = layout.state_module(trainer.lightning_module.model)
     model, optim = get_state_dict(view, stepped(trainer.optimizers[0]))
-    return view, {"model": model, optim_key(trainer): optim}
+    return view, {"model": model, layout.optimizer_key(): optim}
 
 
 def rng_state() -> dict[str, Any]:
@@ -221,7 +207,7 @@ def load(trainer: pl.Trainer, folder: Path) -> None:
             view,
             stepped(trainer.optimizers[0]),
             model_state_dict=state["model"],
-            optim_state_dict=state[optim_key(trainer)],
+            optim_state_dict=state[layout_of(trainer.strategy).optimizer_key()],
         )
     set_rng_state(rng_of(rank, rng))
 

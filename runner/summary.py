@@ -9,15 +9,18 @@ from collections.abc import Callable
 
 from mlflow import MlflowClient
 
+from runner.metrics import COST, IDLE_FRACTION, THROUGHPUT, TRAIN_LOSS
+from runner.tracking import children
+
 HEADLINE: tuple[tuple[str, Callable[[float], str]], ...] = (  # (metric, how it reads)
-    ("throughput_samples_per_s", lambda v: f"{v:,.0f} samples/s"),
-    ("idle_fraction", lambda v: f"idle {v:.0%}"),
-    ("cost_usd", lambda v: f"${v:,.2f}" if v >= 0.01 else f"${v:.1e}"),
+    (THROUGHPUT.name, lambda v: f"{v:,.0f} samples/s"),
+    (IDLE_FRACTION.name, lambda v: f"idle {v:.0%}"),
+    (COST.name, lambda v: f"${v:,.2f}" if v >= 0.01 else f"${v:.1e}"),
 )
 
 
 def figures_line(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> str:
-    losses = client.get_metric_history(run_id, "train_loss")
+    losses = client.get_metric_history(run_id, TRAIN_LOSS.name)
     shown = [f"final loss {max(losses, key=lambda m: m.step).value:.4f}"] if losses else []
     shown += [shown_as(metrics[key]) for key, shown_as in HEADLINE if key in metrics]
     return " | ".join(shown)
@@ -58,8 +61,6 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
 
 
 def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str) -> None:
-    from runner.tracking import children
-
     parent = client.get_run(parent_id)
     jobs = children(client, parent)
     ended = sorted({c.info.status for c in jobs})

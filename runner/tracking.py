@@ -1,12 +1,12 @@
-"""MLflow records: the runner owns each run (creates it, names it, ends it) through MlflowClient.
+"""The MLflow store: the runner owns each run (creates it, names it, ends it) through MlflowClient.
 
-A run ends FINISHED only when its job returned; any exception, Ctrl-C included, ends it FAILED and
-keeps whatever was logged before. A process killed outright (SIGKILL: the OOM killer, a
-scheduler's hard kill) ends nothing: each run carries its owner (host, process id and start time),
-and a run left RUNNING by a process of this host that no longer exists is marked FAILED, with why,
-the next time the runner opens a run in that experiment. Sweeps get one parent run
-(plugins/mlflow_sweep.py) whose id reaches the jobs through an environment variable, so that any
-launcher that inherits the environment nests its children.
+A job's run is opened and ended by runner/job_run.py, a sweep's parent run by runner/sweep_run.py;
+this module is what both use: the store's client, its experiments, a run's name, tags and params,
+and who holds a run open. A process killed outright (SIGKILL: the OOM killer, a scheduler's hard
+kill) ends nothing: each run carries its owner (host, process id and start time), and a run left
+RUNNING by a process of this host that no longer exists is marked FAILED, with why, the next time
+the runner opens a run in that experiment. A sweep's parent run id reaches its jobs through an
+environment variable, so that any launcher that inherits the environment nests its children.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric
 from mlflow.entities import Run as Recorded
 from mlflow.exceptions import MlflowException
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config.logger import store_uri
 from runner.mesh import mesh_of
-from runner.preemption import Preempted, requeue
 
 PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
 PARENT_URI_ENV = "RUNNER_MLFLOW_PARENT_URI"
@@ -107,6 +107,10 @@ def earlier_failure(client: MlflowClient, run_id: str) -> None:
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
 
 
+def client_of(tracking_uri: str) -> MlflowClient:
+    return MlflowClient(store_uri(tracking_uri))
+
+
 @contextlib.contextmanager
 def one_setup_at_a_time(tracking_uri: str) -> Iterator[None]:
     """MLflow makes a new SQLite store's tables on first use: two processes that both find the
@@ -127,7 +131,7 @@ def one_setup_at_a_time(tracking_uri: str) -> Iterator[None]:
 def open_experiment(tracking_uri: str, name: str) -> tuple[MlflowClient, str]:
     """A client of the store, and the experiment's id, made if new; stale RUNNING runs failed."""
     with one_setup_at_a_time(tracking_uri):
-        client = MlflowClient(tracking_uri)
+        client = client_of(tracking_uri)
         exp = experiment_id(client, name)
     fail_abandoned(client, exp)
     return client, exp
@@ -193,95 +197,8 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
     return {k: v for k, v in tags.items() if v is not None}
 
 
-@contextlib.contextmanager
-def recorded_run(
-    cfg: DictConfig,
-    choices: Mapping[str, str | None],
-    overrides: list[str],
-    world_size: int = 1,
-    resumed: str | None = None,
-) -> Iterator[Run]:
-    """Open the job's run (or reopen `resumed`, a run that a snapshot continues) and end it
-    FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
-    itself fails: never left RUNNING."""
-    client, exp = open_experiment(cfg.logger.tracking_uri, cfg.logger.experiment_name)
-    if resumed:
-        client.update_run(resumed, status="RUNNING")
-        client.set_tag(resumed, OWNER_TAG, owner())
-        earlier_failure(client, resumed)
-        run = Run(client, resumed)
-    else:
-        name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
-        tags = run_tags(cfg, choices, world_size) | {OWNER_TAG: owner()}
-        run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
-    try:
-        if not resumed:
-            run.log_batch("params", [Param(k, v) for k, v in flatten(cfg).items()])
-            client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-            client.log_text(
-                run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
-            )
-        yield run
-    except Preempted as stopped:  # asked to stop, its snapshot written: resumable, not failed
-        client.set_tag(run.run_id, "preempted_at_step", str(stopped.step))
-        run.end("KILLED")  # first: SLURM ends the job's processes as it requeues the job
-        requeued = requeue()
-        if requeued:
-            client.set_tag(run.run_id, "requeue", requeued)
-        summarize(client, run.run_id, cfg.logger.tracking_uri)
-        raise
-    except BaseException:
-        run.end("FAILED")
-        summarize(client, run.run_id, cfg.logger.tracking_uri)
-        raise
-    run.end("FINISHED")
-    summarize(client, run.run_id, cfg.logger.tracking_uri)
-
-
-def summarize(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
-    from runner.summary import print_run_summary
-
-    with contextlib.suppress(MlflowException):  # a store that failed the run: its error speaks
-        print_run_summary(client, run_id, tracking_uri)
-
-
 def children(client: MlflowClient, parent: Recorded) -> list[Recorded]:
     """A sweep's job runs, in the order they started."""
     nested = f"tags.`{NESTED_TAG}` = '{parent.info.run_id}'"
     found = client.search_runs([parent.info.experiment_id], nested, order_by=["start_time ASC"])
     return list(found)
-
-
-_parent: Run | None = None  # the sweep's parent run, while this process has one open
-
-
-def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
-    global _parent
-    client, exp = open_experiment(tracking_uri, experiment_name)
-    created = client.create_run(exp, run_name=name, tags={"mode": "sweep", OWNER_TAG: owner()})
-    _parent = Run(client, created.info.run_id)
-    os.environ[PARENT_URI_ENV] = tracking_uri  # for the sweep's summary
-    os.environ[PARENT_RUN_ENV] = _parent.run_id
-    return _parent
-
-
-def end_parent(status: str, summary: bool = True) -> None:
-    """End the sweep's parent run if this process opened one that is still open, with its jobs
-    compared (runner/comparison.py), and say how it ended (not when an error line must stay the
-    last)."""
-    global _parent
-    if _parent is None:
-        return
-    from runner.comparison import log_comparison
-
-    with contextlib.suppress(MlflowException):  # a store that failed the sweep: its error speaks
-        log_comparison(_parent.client, _parent.run_id)
-    _parent.end(status)
-    if summary:
-        from runner.summary import print_sweep_summary
-
-        with contextlib.suppress(MlflowException):
-            print_sweep_summary(_parent.client, _parent.run_id, os.environ[PARENT_URI_ENV])
-    _parent = None
-    os.environ.pop(PARENT_RUN_ENV, None)
-    os.environ.pop(PARENT_URI_ENV, None)

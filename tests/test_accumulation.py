@@ -12,15 +12,10 @@ from runner.job import Job, resolve_job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.planner.memory import in_flight, memory_per_device_gib
-from tests.conftest import (
-    QUICK,
-    all_runs,
-    cli_job,
-    compose_job,
-    loss_series,
-    run_cli,
-    train,
-)
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.processes import cli_job
+from tests.helpers.records import all_runs, loss_series
 
 STEPS = 10
 RELATIVE = 1e-5  # fp32: micro-batch gradients are summed in another order, nothing else differs
@@ -35,6 +30,7 @@ SGD = ["trainer.optimizer=sgd", "trainer.lr=0.1"]
 COMMON = [f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=5", "data.batch_size=16", *SGD]
 
 
+@pytest.mark.slow
 def test_micro_batches_on_one_process_equal_the_whole_batch(store: str) -> None:
     job = [*MODELS["ffnn"], *COMMON]  # the decoder's: the memory test below
     single = loss_series(store, train(*job))
@@ -47,12 +43,15 @@ def test_micro_batches_on_one_process_equal_the_whole_batch(store: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["decoder", "ffnn"])
 def test_micro_batches_under_data_and_tensor_parallelism_equal_the_single_process_run(
-    store: str, tmp_path: Path, model: str
+    store: str,
+    tmp_path: Path,
+    model: str,
+    cli: Cli,
 ) -> None:
     job = [*MODELS[model], *COMMON]
     single = loss_series(store, train(*job))
     sweep = ["-m", *job, *QUICK, MICRO, "parallel.dp=2", "parallel.tp=1,2"]  # 2, 4 processes
-    done = run_cli(*sweep, f"logger.tracking_uri={store}", cwd=tmp_path)
+    done = cli(*sweep, f"logger.tracking_uri={store}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = {r.data.tags["parallel"]: r for r in all_runs(store) if r.data.tags.get("world_size")}
     for layout, dims in (("data", {"dp"}), ("data+tensor", {"dp", "tp"})):
@@ -140,8 +139,8 @@ def test_micro_batches_that_do_not_run_are_refused(overrides: list[str], key: st
     assert error.value.key == key
 
 
-def test_a_batch_that_does_not_split_is_refused_in_one_line(tmp_path: Path) -> None:
-    done = run_cli("data.batch_size=30", MICRO, cwd=tmp_path, timeout=60)
+def test_a_batch_that_does_not_split_is_refused_in_one_line(tmp_path: Path, cli: Cli) -> None:
+    done = cli("data.batch_size=30", MICRO, cwd=tmp_path)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert lines == [

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from runner.training import rank as training
-from tests.conftest import compose_job
+from tests.helpers.jobs import compose_job
 
 # In a fresh process (glibc adapts its thresholds to what it has seen freed): where a 2 MiB block
 # comes from (mmap'd bytes before and after), and whether the heap shrinks when 64 MiB of 1 MiB
@@ -34,16 +34,21 @@ print(json.dumps({"mapped": mapped, "heap": heap, "heap_after_free": libc.mallin
 """
 
 
-def blocks(mode: str) -> dict[str, int]:
-    done = subprocess.run(
-        [sys.executable, "-c", BLOCKS, mode], capture_output=True, text=True, check=True
-    )
-    return json.loads(done.stdout)
+def blocks(*modes: str) -> list[dict[str, int]]:
+    """Each mode's figures, from processes run side by side (each imports torch: seconds)."""
+    started = [
+        subprocess.Popen([sys.executable, "-c", BLOCKS, mode], stdout=subprocess.PIPE, text=True)
+        for mode in modes
+    ]
+    outputs = [process.communicate(timeout=120)[0] for process in started]
+    assert [process.returncode for process in started] == [0] * len(modes)
+    return [json.loads(out) for out in outputs]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc")
 def test_freed_blocks_stay_in_the_heap_for_the_next_step() -> None:
-    default, kept = blocks("default"), blocks("kept")
+    default, kept = blocks("default", "kept")
     assert default["mapped"] >= 2 << 20  # glibc: mmap'd, and unmapped when freed
     assert kept["mapped"] == 0  # from the heap
     # The heap keeps what the step freed (by default glibc may hand the top of it back).

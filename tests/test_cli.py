@@ -13,7 +13,10 @@ from matplotlib.image import imread
 from mlflow import MlflowClient
 
 from runner.cli import CONF_DIR
-from tests.conftest import QUICK, all_runs, run_cli
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK
+from tests.helpers.metrics import assert_registered
+from tests.helpers.records import all_runs
 
 SEED_NEURON = {
     "z": 4.8,
@@ -43,22 +46,25 @@ def assert_nothing_running(uri: str) -> None:
     assert [r.info.run_name for r in all_runs(uri) if r.info.status == "RUNNING"] == []
 
 
-def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path) -> None:
-    done = run_cli("-m", "+experiment=seed_neuron,seed_backprop", cwd=tmp_path)
+def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path, cli: Cli, seeded: str) -> None:
+    done = cli("-m", "+experiment=seed_neuron,seed_backprop", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     runs = runs_by_name(uri)
     neuron, backprop = runs["seed_neuron none"], runs["seed_backprop none"]
     for run, expected in ((neuron, SEED_NEURON), (backprop, SEED_BACKPROP)):
         assert {k: round(run.data.metrics[k], 3) for k in expected} == expected
         assert run.data.tags["mode"] == "example"
+        assert_registered(run)
     assert backprop.data.metrics["loss_after"] < backprop.data.metrics["loss"]
     assert round(backprop.data.metrics["loss_after"], 3) == 0.007  # the seed's second MSE
 
 
 @pytest.mark.slow  # three jobs and their comparison: half a minute
-def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> None:
-    done = run_cli("-m", "model=neuron,ffnn,decoder", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
+def test_a_sweep_nests_one_child_run_per_job_under_a_parent(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    done = cli("-m", "model=neuron,ffnn,decoder", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     for noise in ("Tip:", "GPU available", "LeafSpec", "`srun` command", "searchpath"):
         assert noise not in done.stdout + done.stderr, noise  # runner/quiet.py
@@ -69,7 +75,7 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(tmp_path: Path) -> N
     assert any(line.startswith("sweep ") and line.endswith("3 jobs, 3 FINISHED") for line in said)
     assert said[-2] == "  see it: mlflow ui --backend-store-uri sqlite:///mlflow.db", said[-4:]
     assert said[-1].startswith("  then open http://127.0.0.1:5000/#/experiments/"), said[-4:]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     runs = all_runs(uri)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
     children = [r for r in runs if r is not parent]
@@ -128,11 +134,11 @@ BAD = [
 @pytest.mark.parametrize(("overrides", "named"), BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_input_fails_at_once_in_one_line(
     tmp_path: Path,
-    cli_here: Callable[..., subprocess.CompletedProcess],
+    cli: Callable[..., subprocess.CompletedProcess],
     overrides: list[str],
     named: str,
 ) -> None:
-    done = cli_here(*overrides, cwd=tmp_path)
+    done = cli(*overrides, cwd=tmp_path)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
@@ -156,36 +162,46 @@ def test_hydra_full_error_is_read_as_hydra_reads_it(
     assert done.returncode != 0 and ("Traceback" in done.stderr) == traced, done.stderr
 
 
-def test_a_sweep_with_a_bad_job_leaves_no_run_running(tmp_path: Path) -> None:
-    done = run_cli(
+@pytest.mark.slow
+def test_a_sweep_with_a_bad_job_leaves_no_run_running(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    done = cli(
         "-m", "model=neuron", "data.batch_size=16,0", "trainer.max_steps=4", *QUICK, cwd=tmp_path
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == "error: data.batch_size: must be positive, got 0"
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     statuses = {r.data.tags.get("mode"): r.info.status for r in all_runs(uri)}
     assert statuses == {"sweep": "FAILED", "train": "FINISHED"}
     assert_nothing_running(uri)
 
 
-@pytest.mark.parametrize(("users_choice", "disabled"), [(None, "True"), ("false", "False")])
-def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on(
-    users_choice: str | None, disabled: str
-) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
-    if users_choice is not None:
-        env["MLFLOW_DISABLE_TELEMETRY"] = users_choice
+@pytest.mark.slow
+def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on() -> None:
+    """In new processes, side by side (importing the runner is what sets it): the user's choice
+    (unset, false) -> what MLflow reads."""
     check = "import runner; from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY as T"
-    done = subprocess.run(
-        [sys.executable, "-c", f"{check}; print(T.get())"], env=env, capture_output=True, text=True
-    )
-    assert done.stdout.strip() == disabled, done.stderr
+    expected = {None: "True", "false": "False"}
+    started = {}
+    for users_choice in expected:
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_DISABLE_TELEMETRY"}
+        if users_choice is not None:
+            env["MLFLOW_DISABLE_TELEMETRY"] = users_choice
+        started[users_choice] = subprocess.Popen(
+            [sys.executable, "-c", f"{check}; print(T.get())"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    read = {choice: job.communicate(timeout=120)[0].strip() for choice, job in started.items()}
+    assert read == expected
 
 
 def test_help_lists_every_option_of_every_group_the_modes_and_examples(
-    tmp_path: Path, cli_here: Callable[..., subprocess.CompletedProcess]
+    tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess]
 ) -> None:
-    done = cli_here("--help", cwd=tmp_path)
+    done = cli("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     conf = Path(CONF_DIR)
     for group in ("model", "data", "parallel", "hardware", "trainer", "logger", "experiment"):

@@ -12,7 +12,7 @@ from runner.cli import CONF_DIR
 from runner.layouts.pipeline import stages
 from runner.models import activations
 from runner.modes import example as worked_examples
-from tests.conftest import compose_job
+from tests.helpers.jobs import compose_job
 
 # A model whose data the option fits, for groups where the default model would not.
 DATA_MODEL = {"digits": "ffnn", "breast_cancer": "neuron", "text": "decoder"}

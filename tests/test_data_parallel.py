@@ -1,33 +1,22 @@
 """Data parallelism on processes the runner starts: correct, measured, cleanly stopped."""
 
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from hydra.utils import instantiate
 from mlflow import MlflowClient
 
+from runner.cluster import free_port
 from runner.snapshots import complete
-from tests.conftest import (
-    QUICK,
-    all_runs,
-    assert_redone_steps_repeat,
-    cli_job,
-    compose_job,
-    free_port,
-    loss_series,
-    losses_by_step,
-    run_cli,
-    stop_session,
-    train,
-)
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import DP2, QUICK, compose_job, train
+from tests.helpers.processes import assert_session_ends, cli_job, stop_session
+from tests.helpers.records import all_runs, assert_redone_steps_repeat, loss_series, losses_by_step
 
-STEPS = 30
+STEPS = 10
 FFNN = ["model=ffnn", f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=1000"]
-DP2 = ["parallel=data", "hardware.devices=2"]
 RELATIVE = 1e-5  # fp32: ranks sum the same gradients in another order, nothing else differs
 
 
@@ -44,10 +33,12 @@ def job_runs(uri: str) -> dict[str, object]:
 
 
 @pytest.mark.slow
-def test_data_parallel_loss_equals_the_single_process_run(store: str, tmp_path: Path) -> None:
+def test_data_parallel_loss_equals_the_single_process_run(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
     single = loss_series(store, train(*FFNN))
     sweep = ["-m", *FFNN, *QUICK, "parallel=data", "hardware.devices=2,4"]
-    done = run_cli(*sweep, f"logger.tracking_uri={store}", cwd=tmp_path)
+    done = cli(*sweep, f"logger.tracking_uri={store}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = job_runs(store)
     assert set(runs) == {"1", "2", "4"}  # each sweep job ran once: nothing re-launched the sweep
@@ -59,11 +50,13 @@ def test_data_parallel_loss_equals_the_single_process_run(store: str, tmp_path: 
 
 @pytest.mark.slow
 def test_the_decoder_data_parallel_equals_the_single_process_run(
-    store: str, tmp_path: Path
+    store: str,
+    tmp_path: Path,
+    cli: Cli,
 ) -> None:
     decoder = ["model=decoder", "model.dropout=0", "trainer.max_steps=10", "data.batch_size=16"]
     single = loss_series(store, train(*decoder))
-    done = run_cli(*decoder, *DP2, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
+    done = cli(*decoder, *DP2, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     parallel = loss_series(store, job_runs(store)["2"].info.run_id)
     assert parallel == pytest.approx(single, rel=RELATIVE)
@@ -71,10 +64,12 @@ def test_the_decoder_data_parallel_equals_the_single_process_run(
 
 @pytest.mark.slow
 def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
-    store: str, tmp_path: Path
+    store: str,
+    tmp_path: Path,
+    cli: Cli,
 ) -> None:
     args = ["model=ffnn", *DP2, "trainer.max_steps=12", *QUICK, f"logger.tracking_uri={store}"]
-    done = run_cli(*args, cwd=tmp_path)
+    done = cli(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = all_runs(store)
     m = run.data.metrics
@@ -97,12 +92,12 @@ def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
 
 
 @pytest.mark.slow
-def test_a_sweep_runs_each_job_once_on_its_own_process_group(tmp_path: Path) -> None:
-    done = run_cli(
-        "-m", "model=neuron", *DP2, "seed=1,2", "trainer.max_steps=6", *QUICK, cwd=tmp_path
-    )
+def test_a_sweep_runs_each_job_once_on_its_own_process_group(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    done = cli("-m", "model=neuron", *DP2, "seed=1,2", "trainer.max_steps=6", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    runs = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = all_runs(seeded)
     (parent,) = [r for r in runs if r.data.tags["mode"] == "sweep"]
     children = [r for r in runs if r is not parent]
     assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
@@ -110,31 +105,11 @@ def test_a_sweep_runs_each_job_once_on_its_own_process_group(tmp_path: Path) -> 
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
 
 
-def session_processes(session: int) -> list[int]:
-    """Processes still alive in a session (the launcher's and every rank it started)."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == session and fields[0] != "Z":
-                alive.append(int(entry.name))
-    return alive
-
-
-def assert_session_ends(session: int, within: float = 10) -> None:
-    """Every process of the job gone within seconds (the resource tracker leaves last)."""
-    deadline = time.monotonic() + within
-    while session_processes(session):
-        assert time.monotonic() < deadline, f"still alive: {session_processes(session)}"
-        time.sleep(0.1)  # polling interval of /proc
-
-
 @pytest.mark.slow
-def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(
+    tmp_path: Path, seeded: str
+) -> None:
+    uri = seeded
     fault = ["fault.kill_rank=1", "fault.at_step=5"]
     with cli_job("model=ffnn", *DP2, "trainer.max_steps=200", *fault, *QUICK, cwd=tmp_path) as job:
         _, stderr = job.communicate(timeout=120)
@@ -147,8 +122,12 @@ def test_a_killed_rank_ends_the_job_and_fails_the_run_naming_it(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(tmp_path: Path) -> None:
-    uri, timeout = f"sqlite:///{tmp_path / 'mlflow.db'}", 4
+def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(
+    tmp_path: Path,
+    cli: Cli,
+    seeded: str,
+) -> None:
+    uri, timeout = seeded, 4
     fault = ["fault.hang_rank=1", "fault.at_step=3", f"dist.timeout_s={timeout}"]
     job = ["model=ffnn", *DP2, "trainer.max_steps=6", "checkpoint.every_n_steps=2", *fault, *QUICK]
     with cli_job(*job, cwd=tmp_path) as hung:
@@ -167,7 +146,7 @@ def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(tmp_path: 
     # From the last step that finished to the run's end: the timeout, and a few seconds more.
     waited = run.info.end_time / 1000 - max(m.timestamp for m in history) / 1000
     assert timeout <= waited < timeout + 8
-    resumed = run_cli(*job, "resume=auto", cwd=tmp_path)
+    resumed = cli(*job, "resume=auto", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     (run,) = all_runs(uri)
     assert run.info.status == "FINISHED" and len(losses_by_step(uri, run.info.run_id)) == 6
@@ -176,31 +155,10 @@ def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(tmp_path: 
     assert "failed_rank" not in run.data.tags and run.data.tags["resumed_after/failed_rank"] == "1"
 
 
-def logged_losses(db: Path) -> int:
-    """Losses logged so far, read straight from SQLite: an MLflow client here would race the
-    job's own creation of the tables."""
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            return con.execute("SELECT COUNT(*) FROM metrics WHERE key = 'train_loss'").fetchone()[
-                0
-            ]
-    except sqlite3.OperationalError:  # tables not made yet
-        return 0
-
-
-def wait_for_steps(db: Path, job: subprocess.Popen, steps: int, timeout: float = 120) -> None:
-    """Block until the job has logged `steps` losses (polling the store), or fail."""
-    deadline = time.monotonic() + timeout
-    while logged_losses(db) < steps:
-        assert job.poll() is None, job.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, f"the job did not log {steps} steps in {timeout} s"
-        time.sleep(0.2)  # polling interval of the store, not a wait for the result
-
-
 @pytest.mark.slow
-def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(tmp_path: Path) -> None:
+def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(
+    tmp_path: Path, seeded: str
+) -> None:
     rendezvous = [
         "--nnodes=2",
         "--nproc-per-node=1",
@@ -228,7 +186,7 @@ def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(tmp_path
         for node in nodes:
             stop_session(node)
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     (run,) = all_runs(uri)  # one run, opened by global rank 0 only
     assert (run.info.status, run.data.tags["world_size"]) == ("FINISHED", "2")
     assert len(loss_series(uri, run.info.run_id)) == 10

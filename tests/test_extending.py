@@ -4,12 +4,17 @@ the single process's."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, all_runs, copy_of_the_repository, loss_series, run_cli
+from tests.helpers.jobs import QUICK, copy_of_the_repository
+from tests.helpers.records import all_runs, loss_series
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "docs" / "extending.md"
@@ -45,19 +50,34 @@ def follow(recipe: list[tuple[str, str]], root: Path) -> list[str]:
     return commands
 
 
+def in_one_interpreter(root: Path, commands: list[list[str]]) -> list[dict]:
+    """The commands run by one new interpreter that imports the copy's runner (tests/helpers/
+    in_process.py): the copy's registry, not this process's, knows the toy."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(root), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.in_process", str(root), json.dumps(commands)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
 @pytest.mark.slow
 def test_a_model_added_as_the_recipe_says_trains_in_every_layout_and_plans(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     root = copy_of_the_repository(tmp_path / "repo")
     commands = follow(model_recipe(), root)
     assert len(commands) == 5, commands
-    monkeypatch.setenv("PYTHONPATH", str(root))  # the copy's runner, not the installed one
-    quick = [*QUICK, "trainer.max_steps=12", "trainer.val_batches=0"]
-    for command in commands:
-        args = command.split()[3:]
-        done = run_cli(*args, *quick, "plan.json=true", cwd=root, timeout=180)
-        assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
+    quick = [*QUICK, "trainer.max_steps=12", "trainer.val_batches=0", "plan.json=true"]
+    results = in_one_interpreter(root, [[*c.split()[3:], *quick] for c in commands])
+    assert len(results) == len(commands), results
+    for done in results:
+        assert done["returncode"] == 0, f"{done['args']}\n{done['stderr'][-3000:]}"
     runs = all_runs(f"sqlite:///{root / 'mlflow.db'}")
     assert {r.data.tags["model"] for r in runs} == {"toy"}
     (planned,) = [r for r in runs if r.data.tags["mode"] == "plan"]

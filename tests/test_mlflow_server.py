@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import all_runs, mlflow_serving, run_cli
+from tests.helpers.in_process import Cli
+from tests.helpers.records import all_runs
+from tests.helpers.servers import mlflow_serving
 
 
 @pytest.fixture
@@ -16,10 +18,10 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
-def test_a_run_is_logged_to_a_server_over_http(server: str, tmp_path: Path) -> None:
+def test_a_run_is_logged_to_a_server_over_http(server: str, tmp_path: Path, cli: Cli) -> None:
     job_dir = tmp_path / "job"
     job_dir.mkdir()
-    done = run_cli("+experiment=seed_neuron", f"logger.tracking_uri={server}", cwd=job_dir)
+    done = cli("+experiment=seed_neuron", f"logger.tracking_uri={server}", cwd=job_dir)
     assert done.returncode == 0, done.stderr
     assert not (job_dir / "mlflow.db").exists()  # nothing went to the local default
     assert f"  see it: {server}/#/experiments/" in done.stderr  # the server's own page

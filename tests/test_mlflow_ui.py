@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import QUICK, all_runs, mlflow_serving, run_cli
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK
+from tests.helpers.records import all_runs
+from tests.helpers.servers import mlflow_serving
 
 BROWSER = shutil.which("chromium")
 STEPS = 6
@@ -47,13 +50,18 @@ def page() -> Iterator:
             browser.close()
 
 
-def test_the_ui_shows_a_sweep_its_comparison_and_a_jobs_loss_chart(page, tmp_path: Path) -> None:
+def test_the_ui_shows_a_sweep_its_comparison_and_a_jobs_loss_chart(
+    page,
+    tmp_path: Path,
+    cli: Cli,
+    seeded: str,
+) -> None:
     sweep = ["-m", "model=neuron,ffnn", f"trainer.max_steps={STEPS}", *QUICK]
-    done = run_cli(*sweep, cwd=tmp_path)
+    done = cli(*sweep, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     shown_at = done.stderr.splitlines()[-1].removeprefix("  then open http://127.0.0.1:5000")
     assert shown_at.startswith("/#/experiments/"), done.stderr[-500:]
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    store = seeded
     runs = all_runs(store)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
     jobs = [r for r in runs if r is not parent]

@@ -10,7 +10,7 @@ from runner.models.decoder.model import Decoder, sinusoidal_positions
 from runner.models.ffnn.model import FFNN
 from runner.models.neuron.model import Neuron
 from runner.models.registry import SPECS
-from tests.conftest import compose_job
+from tests.helpers.jobs import compose_job
 
 COMPONENTS = (("embed", "embedding"), (".attn.", "attention"), ("norm", "norm"))
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, all_runs, cli_job, loss_series
+from tests.helpers.jobs import QUICK
+from tests.helpers.processes import cli_job
+from tests.helpers.records import all_runs, loss_series
 
 STEPS = 6
 JOB = ["model=neuron", f"trainer.max_steps={STEPS}", *QUICK]

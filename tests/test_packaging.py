@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from tests.conftest import all_runs
+from tests.helpers.records import all_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORTED = ["3.11", "3.12", "3.13"]

@@ -7,19 +7,18 @@ import pytest
 from mlflow import MlflowClient
 
 from runner import choices, validate
-from tests.conftest import (
-    QUICK,
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.metrics import assert_registered
+from tests.helpers.records import (
     all_runs,
     assert_redone_steps_repeat,
-    compose_job,
     forget_snapshots_of_step,
     loss_series,
     losses_by_step,
-    run_cli,
-    train,
 )
 
-STEPS = 20
+STEPS = 8
 RELATIVE = 1e-5  # fp32: micro-batch gradients are summed in another order, nothing else differs
 # Models with enough layers for 2 virtual stages per rank; small, so that a step is quick.
 MODELS = {
@@ -32,11 +31,11 @@ MODELS = {
         "decoder": ["model=decoder", "model.n_layers=8", "model.d_model=32", "model.dropout=0"],
     },
 }
-COMMON = [f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=10", "data.batch_size=16"]
-# The decoder at P = 2 also snapshots at steps 10 and 20, each schedule into a folder of its own;
-# with step 20 removed, every schedule resumes and redoes steps 11 to 20.
+COMMON = [f"trainer.max_steps={STEPS}", "trainer.val_every_n_steps=4", "data.batch_size=16"]
+# The decoder at P = 2 also snapshots at steps 4 and 8, each schedule into a folder of its own;
+# with step 8 removed, every schedule resumes and redoes steps 5 to 8.
 RESUMED = (2, "decoder")
-SNAPSHOTS = ["checkpoint.every_n_steps=10", "checkpoint.dir='snapshots/${parallel.schedule}'"]
+SNAPSHOTS = ["checkpoint.every_n_steps=4", "checkpoint.dir='snapshots/${parallel.schedule}'"]
 SCHEDULE_SWEEPS = [
     ["parallel.schedule=gpipe,1f1b", "parallel.virtual_stages=1"],
     ["parallel.schedule=interleaved_1f1b,zero_bubble", "parallel.virtual_stages=2"],
@@ -49,7 +48,7 @@ SCHEDULE_SWEEPS = [
 # suite's time is bounded (25 minutes on 2 cores).
 @pytest.mark.parametrize(("devices", "model"), [(2, "decoder"), (4, "ffnn")])
 def test_every_schedule_equals_the_single_process_run(
-    store: str, tmp_path: Path, devices: int, model: str
+    store: str, tmp_path: Path, cli: Cli, devices: int, model: str
 ) -> None:
     job = [*MODELS[devices][model], *COMMON]
     single = loss_series(store, train(*job))
@@ -57,22 +56,22 @@ def test_every_schedule_equals_the_single_process_run(
     resumed = (devices, model) == RESUMED
     if resumed:
         layout += SNAPSHOTS
-    run_every_schedule(tmp_path, store, *job, *layout)
+    run_every_schedule(cli, tmp_path, store, *job, *layout)
     if resumed:
         forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
-        run_every_schedule(tmp_path, store, *job, *layout, "resume=auto")
+        run_every_schedule(cli, tmp_path, store, *job, *layout, "resume=auto")
     runs = [r for r in all_runs(store) if r.data.tags.get("parallel") == "pipeline"]
     assert sorted(r.data.params["parallel.schedule"] for r in runs) == sorted(choices.SCHEDULES)
     for run in runs:
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), run.info.run_name
         if resumed:
-            assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+            assert_redone_steps_repeat(store, run.info.run_id, range(4, STEPS))
 
 
-def run_every_schedule(tmp_path: Path, store: str, *job: str) -> None:
+def run_every_schedule(cli: Cli, tmp_path: Path, store: str, *job: str) -> None:
     for sweep in SCHEDULE_SWEEPS:
-        done = run_cli("-m", *job, *sweep, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
+        done = cli("-m", *job, *sweep, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -105,10 +104,12 @@ def test_bad_layouts_are_refused_before_launch(overrides: list[str], key: str) -
 
 
 @pytest.mark.slow
-def test_the_seeds_pipeline_is_measured_drawn_and_tabled(tmp_path: Path) -> None:
-    done = run_cli("+experiment=seed_pipeline", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
+def test_the_seeds_pipeline_is_measured_drawn_and_tabled(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    done = cli("+experiment=seed_pipeline", "trainer.max_steps=8", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     (run,) = all_runs(uri)
     m = run.data.metrics
     # The P2P payloads really sent are the activations and gradients the formula counts.
@@ -117,6 +118,7 @@ def test_the_seeds_pipeline_is_measured_drawn_and_tabled(tmp_path: Path) -> None
     )
     assert m["bubble_fraction_theory"] == pytest.approx(3 / 7)
     assert 0 < m["bubble_fraction_measured"] < 1
+    assert_registered(run)
     client = MlflowClient(uri)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {

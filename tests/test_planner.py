@@ -14,10 +14,12 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from runner import validate
-from runner.cli import CONF_DIR
 from runner.job import resolve_job
 from runner.planner import plan
-from tests.conftest import all_runs, compose_job, run_cli
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import compose_job
+from tests.helpers.metrics import assert_registered
+from tests.helpers.records import all_runs
 
 # The seed's cluster: 50,000 GPUs at 350 W, PUE 1, $0.10/kWh, for 60 days.
 SEED_PRICE = [
@@ -28,8 +30,10 @@ SEED_PRICE = [
 ]  # fmt: skip
 
 
-def test_gpt3_on_the_seeds_cluster_costs_the_seeds_price(tmp_path: Path) -> None:
-    done = run_cli(*SEED_PRICE, "plan.json=true", cwd=tmp_path, timeout=120)
+def test_gpt3_on_the_seeds_cluster_costs_the_seeds_price(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    done = cli(*SEED_PRICE, "plan.json=true", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])  # the last line is the JSON object
     assert out["world_size"] == 50_000
@@ -44,9 +48,10 @@ def test_gpt3_on_the_seeds_cluster_costs_the_seeds_price(tmp_path: Path) -> None
         assert out["mem_per_device_gib"][key] > 0
     assert set(out["comm_bytes_per_step"]) == {"dp", "tp", "pp"}
     assert 0 < out["mfu"] < 1 and out["step_time_s"] > 0 and out["tokens_per_s"] > 0
-    (run,) = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = all_runs(seeded)
     assert (run.info.status, run.data.tags["mode"]) == ("FINISHED", "plan")
     assert run.data.metrics["cost_usd"] == pytest.approx(2_520_000)
+    assert_registered(run)
 
 
 MEGATRON = ["parallel.tp=8", "parallel.pp=16", "parallel.dp=1", "parallel.microbatches=16"]
@@ -60,11 +65,13 @@ def planned(*overrides: str) -> dict:
 
 
 def test_a_plan_answers_where_training_refuses(
-    tmp_path: Path, cli_here: Callable[..., subprocess.CompletedProcess]
+    tmp_path: Path,
+    cli: Callable[..., subprocess.CompletedProcess],
+    seeded: str,
 ) -> None:
     # The cluster's 128 devices are all replicas: the default batch of 32 does not split into
     # them. Planned at 128, said on one line; GPT-3 whole on a device is a plan that does not fit.
-    done = cli_here(
+    done = cli(
         "mode=plan", "model=gpt3_175b", "hardware=h100_cluster", "plan.json=true", cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
@@ -75,10 +82,10 @@ def test_a_plan_answers_where_training_refuses(
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["world_size"] == 128 and out["fits"] is False and out["bound"] == "memory"
     assert out["to_fit"].startswith(f"{out['mem_per_device_gib']['total'] / 80:,.1f} x a device's")
-    (run,) = all_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = all_runs(seeded)
     assert (run.data.tags["fits"], run.data.params["data.batch_size"]) == ("no", "128")
     # On this host's profile not one layer fits 24 GiB without a tensor-parallel split.
-    done = cli_here("mode=plan", "model=gpt3_175b", "hardware.memory_gib=24", cwd=tmp_path)
+    done = cli("mode=plan", "model=gpt3_175b", "hardware.memory_gib=24", cwd=tmp_path)
     assert done.returncode == 0 and "one layer alone needs 27 GiB at parallel.tp=1" in done.stdout
 
 
@@ -225,6 +232,7 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(
     (report,) = [r for r in all_runs(store) if r.data.tags.get("mode") == "report"]
     assert report.data.tags["report.sweep"] == sweep
     assert report.data.metrics["spearman/peak_memory_gib"] == pytest.approx(0.5)
+    assert_registered(report)
     artifacts = {a.path for a in client.list_artifacts(report.info.run_id)}
     assert {"report.txt", "predicted_vs_measured.png"} <= artifacts
     said = client.download_artifacts(report.info.run_id, "report.txt", tmp_path)
@@ -264,42 +272,6 @@ def test_the_report_leaves_a_run_without_memory_out_of_the_memory_figures() -> N
     assert not any("peak_memory_gib" in key for key in result)
     assert "peak GiB" not in report.table([old], result)
     assert len(report.picture([old], result).axes) == 1
-
-
-@pytest.mark.slow
-def test_calibrate_measures_this_host_into_a_usable_profile(
-    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from runner.app import run_job
-    from runner.modes import calibrate
-
-    monkeypatch.setattr(calibrate, "SIZES", [2**12, 2**16, 2**20])
-    installed = Path(CONF_DIR) / "hardware"
-    before = sorted((p.name, p.stat().st_mtime_ns) for p in installed.glob("*.yaml"))
-    job = ["mode=calibrate", "model=ffnn"]
-    cfg, choices = compose_job(*job)
-    measured = run_job(cfg, choices, job)  # in tmp_path, the store fixture's working folder
-    # Written where the user works, found there by hardware=calibrated; the package untouched.
-    assert before == sorted((p.name, p.stat().st_mtime_ns) for p in installed.glob("*.yaml"))
-    assert (tmp_path / calibrate.PROFILE).is_file()
-    assert compose_job("hardware=calibrated")[1]["hardware"] == "calibrated"
-    peaks = measured["matmul_flops"]  # a CPU: fp32 and bf16, no TF32 or fp16 fast path
-    assert set(peaks) == {"fp32", "bf16"} and min(peaks.values()) > 1e8  # 0.1 GFLOP/s
-    for link in ("all_reduce", "p2p"):  # more bytes take longer, and loopback moves > 10 MB/s
-        assert measured["times"][link][-1] > measured["times"][link][0]  # 1 MB against 4 kB
-        assert measured[link]["bandwidth_bytes_s"] > 1e7
-    written = OmegaConf.load(calibrate.PROFILE)
-    cpu, _ = compose_job("mode=plan")
-    OmegaConf.set_struct(cpu, False)  # the profile adds curves to an empty dict
-    profile = OmegaConf.merge(cpu.hardware, {k: v for k, v in written.items() if k != "defaults"})
-    validate.check_profile(profile)
-    for key, flops in peaks.items():
-        assert profile.peak_tflops[key] == pytest.approx(flops / 1e12, rel=1e-3)
-        # The curve: the peak is its best size's; a 32 x 32 x 32 product runs below it.
-        shares = dict(map(tuple, profile.gemm_efficiency[key]))
-        assert max(shares.values()) == 1.0 and shares[32] < 1.0
-    assert measured["memory_bandwidth_bytes_s"] > 1e9  # any host copies 1 GB/s
-    assert 0 < profile.compute_efficiency <= 1
 
 
 def test_the_snapshot_interval_minimises_the_expected_waste() -> None:

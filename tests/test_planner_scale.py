@@ -2,20 +2,24 @@
 behind backward, the scatter/gather between stages, what bounds a step, and a published series of
 large runs (Megatron-LM's Table 1) reproduced with its trend."""
 
+import functools
 from statistics import median
 
 import pytest
 from scipy.stats import spearmanr
 
-from benchmarks.published import TABLE_1, compare, equation_3_flops
+from benchmarks import published
+from benchmarks.published import TABLE_1, equation_3_flops
 from runner import validate
 from runner.job import resolve_job
 from runner.models.spec import Gemm
 from runner.planner import gemm, plan
 from runner.planner.timing import model_flops_per_step
-from tests.conftest import compose_job
+from tests.helpers.jobs import compose_job
 
 CURVE = [[256, 0.1], [1024, 0.5], [4096, 0.9]]
+# Each row planned once for the tests that read it (a plan composes its config: a third of a second)
+compare = functools.cache(published.compare)
 
 
 def job_of(*overrides: str):  # noqa: ANN201 - a Job

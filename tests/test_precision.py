@@ -15,17 +15,11 @@ from runner.planner import predict
 from runner.planner.memory import memory_per_device_gib
 from runner.precision import BY_NAME
 from runner.validate import validate
-from tests.conftest import (
-    QUICK,
-    all_runs,
-    compose_job,
-    loss_series,
-    losses_by_step,
-    run_cli,
-    train,
-)
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.records import all_runs, loss_series, losses_by_step
 
-STEPS = 12
+STEPS = 6  # the claims (equal losses, bytes as planned) hold from the first step
 COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
 DECODER = ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropout=0"]
 FFNN = ["model=ffnn", "model.hidden=[64,64,64]"]
@@ -53,7 +47,9 @@ def fp32_prediction(*overrides: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(store: str, tmp_path: Path) -> None:
+def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
     decoder = [*DECODER, *COMMON]
     single = loss_series(store, train(*decoder, BF16))
     assert single != loss_series(store, train(*decoder))  # autocast changed the arithmetic
@@ -61,7 +57,7 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(store: str, tmp_p
         ([*decoder, "hardware.devices=2"], "data,tensor,pipeline"),
         (decoder, "dp_tp,dp_pp,pp_tp"),
     ):
-        done = run_cli("-m", *job, *QUICK, BF16, f"parallel={presets}", cwd=tmp_path)
+        done = cli("-m", *job, *QUICK, BF16, f"parallel={presets}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     runs = [r for r in all_runs(store) if r.data.tags.get("world_size", "1") != "1"]
     assert len(runs) == 6
@@ -86,10 +82,12 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(store: str, tmp_p
 
 
 @pytest.mark.slow
-def test_an_ffnn_pipeline_in_bf16_sends_16_bit_activations(store: str, tmp_path: Path) -> None:
+def test_an_ffnn_pipeline_in_bf16_sends_16_bit_activations(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
     job = [*FFNN, *COMMON, "parallel=pp_tp"]
     single = loss_series(store, train(*FFNN, *COMMON, BF16))
-    done = run_cli(*job, *QUICK, BF16, cwd=tmp_path)
+    done = cli(*job, *QUICK, BF16, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "4"]
     assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
@@ -124,6 +122,7 @@ print(memory.peak_gib() * GIB, sum(p.numel() * 4 for p in model.parameters()))
 """
 
 
+@pytest.mark.slow
 def test_peak_memory_counts_the_weights_and_what_training_adds() -> None:
     """On a CPU: the parameters held at the start, and the resident peak grown since. In a
     process of its own: in this one, memory that earlier tests freed and malloc kept resident
@@ -135,15 +134,20 @@ def test_peak_memory_counts_the_weights_and_what_training_adds() -> None:
     assert weights + 63 * 2**20 <= peak < weights + 80 * 2**20
 
 
+@pytest.mark.slow
 def test_every_run_logs_peak_memory_and_mfu_beside_the_planners(store: str) -> None:
     job = ["model=decoder", "trainer.max_steps=8", "trainer.val_batches=0"]
     run_id = train(*job)
     (run,) = [r for r in all_runs(store) if r.info.run_id == run_id]
     m = run.data.metrics
-    assert m["peak_memory_gib"] == m["rank_0/peak_memory_gib"]
+    assert m["peak_memory_gib"] == m["rank_0/peak_memory_gib"] > 0
+    assert m["peak_allocated_gib"] == m["rank_0/peak_allocated_gib"]
     planned = memory_per_device_gib(job_of(*job))
-    # At least the weights, gradients and Adam state the planner counts (16 bytes a parameter).
-    assert m["peak_memory_gib"] > planned["total"] - planned["activations"]
+    # At least the weights, gradients and Adam state the planner counts (16 bytes a parameter),
+    # held at once. Malloc's bytes in use, not resident memory: this process has run other jobs,
+    # and what they freed, kept resident, takes this one's without growing it (the resident
+    # figure is checked in processes of their own: above, and tests/test_recompute.py).
+    assert m["peak_allocated_gib"] > planned["total"] - planned["activations"]
     assert m["pred/peak_memory_gib"] == pytest.approx(planned["total"])
     # Both MFUs divide the same model FLOPs by a step time and the same peak.
     assert m["mfu"] * m["step_time_s"] == pytest.approx(m["pred/mfu"] * m["pred/step_time_s"])

@@ -8,7 +8,9 @@ import pytest
 from mlflow import MlflowClient
 
 from runner.training.sampled_profile import breakdown
-from tests.conftest import QUICK, RESUME_RELATIVE, all_runs, loss_series, run_cli
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK
+from tests.helpers.records import RESUME_RELATIVE, all_runs, loss_series
 
 # A decoder with dropout: a profiler that drew from the random state would change the losses. Its
 # gradients (under 1 MiB) fit DDP's first bucket, whose all-reduce starts when backward has ended:
@@ -35,10 +37,12 @@ def test_the_breakdown_is_htas_on_known_intervals() -> None:
 
 @pytest.mark.slow
 def test_a_profiled_ddp_run_agrees_with_its_hooks_and_keeps_its_losses(
-    store: str, tmp_path: Path
+    store: str,
+    tmp_path: Path,
+    cli: Cli,
 ) -> None:
     for every in (0, 3):
-        done = run_cli(*JOB, f"trainer.profile_every_n_steps={every}", cwd=tmp_path)
+        done = cli(*JOB, f"trainer.profile_every_n_steps={every}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     plain, profiled = sorted(all_runs(store), key=lambda r: r.info.start_time)
     assert loss_series(store, profiled.info.run_id) == pytest.approx(

@@ -5,7 +5,7 @@ import pytest
 from runner.layouts.probes import Action, Schedule, Transfer
 from runner.training.callbacks.rank_timing import Step, combine
 from runner.training.rank import set_process
-from tests.conftest import compose_job
+from tests.helpers.jobs import compose_job
 
 
 def a_step() -> Step:

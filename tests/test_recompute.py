@@ -4,8 +4,10 @@ measures against the predicted drop, and tensor parallelism's extra all-reduces,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,10 @@ from runner.planner.memory import activation_bytes
 from runner.training.callbacks.memory import allocated_bytes
 from runner.training.rank import build_model
 from runner.validate import validate
-from tests.conftest import QUICK, all_runs, compose_job, loss_series, losses_by_step, run_cli, train
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.processes import run_cli
+from tests.helpers.records import all_runs, loss_series, losses_by_step
 
 MODES = ("full", "selective")
 EXACT = 1e-6  # recomputation repeats the same arithmetic on the same values (and dropout masks)
@@ -30,6 +35,7 @@ SMALL = {  # small enough for 4 processes on 2 cores
 STEPS = ["trainer.max_steps=8", "data.batch_size=16", "trainer.val_batches=0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["decoder", "ffnn"])
 def test_recomputing_changes_no_loss(store: str, model: str) -> None:
     # The decoder with its dropout: checkpoint restores the RNG state, the same masks come back.
@@ -75,13 +81,26 @@ def held(overrides: list[str], mode: str) -> int:
         x = torch.randn(cfg.data.batch_size, cfg.model.in_features)
         y = torch.randint(0, cfg.model.out_features, (cfg.data.batch_size,))
     loss_fn(model(x), y).backward()  # once first: allocations made once per process
-    gc.collect()
-    before = allocated_bytes()
-    loss = loss_fn(model(x), y)
-    gc.collect()
-    bytes_held = allocated_bytes() - before + x.nbytes  # the batch: the first layer's input
+    with only_new_objects_collected():
+        gc.collect()
+        before = allocated_bytes()
+        loss = loss_fn(model(x), y)
+        gc.collect()
+        bytes_held = allocated_bytes() - before + x.nbytes  # the batch: the first layer's input
     loss.backward()
     return bytes_held
+
+
+@contextlib.contextmanager
+def only_new_objects_collected() -> Iterator[None]:
+    """The collector passes over what existed before (gc.freeze): a full collection of this
+    process's millions of objects (torch's, MLflow's, every earlier test's) took half a second,
+    and what it could free is there before and after alike."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def measure(*overrides: str) -> dict[str, float]:
@@ -165,12 +184,15 @@ LAYOUTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["decoder", "ffnn"])
 def test_every_layout_recomputes_to_the_same_losses_and_counts_its_bytes(
-    store: str, tmp_path: Path, model: str
+    store: str,
+    tmp_path: Path,
+    model: str,
+    cli: Cli,
 ) -> None:
     job = [*SMALL[model], "model.dropout=0" if model == "decoder" else "seed=0", *STEPS]
     single = loss_series(store, train(*job))
     for _, layout, mode in LAYOUTS[model]:
-        done = run_cli(*job, *QUICK, *layout, f"trainer.recompute={mode}", cwd=tmp_path)
+        done = cli(*job, *QUICK, *layout, f"trainer.recompute={mode}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     runs = {r.data.tags["parallel"]: r for r in all_runs(store) if r.data.tags["world_size"] != "1"}
     for tag, layout, mode in LAYOUTS[model]:
@@ -189,15 +211,15 @@ def test_every_layout_recomputes_to_the_same_losses_and_counts_its_bytes(
 
 @pytest.mark.slow
 def test_full_recomputation_all_reduces_again_at_autocast_precision(
-    store: str, tmp_path: Path
+    store: str,
+    tmp_path: Path,
+    cli: Cli,
 ) -> None:
     # In bf16-mixed each block all-reduces b*s*h twice forward in 16 bits, twice backward in 32
     # (the fp32 stream's gradients) and, recomputing, twice more in 16 bits: 16 bytes a value,
     # what fp32 sends without recomputation (the vocabulary's collectives are fp32 in both).
     job = [*SMALL["decoder"], "model.dropout=0", *STEPS, "parallel=tensor", "hardware.devices=2"]
-    done = run_cli(
-        *job, *QUICK, "trainer.recompute=full", "trainer.precision=bf16-mixed", cwd=tmp_path
-    )
+    done = cli(*job, *QUICK, "trainer.recompute=full", "trainer.precision=bf16-mixed", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = all_runs(store)
     measured, predicted = comm(run)
@@ -224,9 +246,12 @@ def test_full_recomputation_all_reduces_again_at_autocast_precision(
     ],
 )  # fmt: skip
 def test_bad_recompute_is_refused_in_one_line(
-    tmp_path: Path, overrides: list[str], named: str
+    tmp_path: Path,
+    overrides: list[str],
+    named: str,
+    cli: Cli,
 ) -> None:
-    done = run_cli(*overrides, cwd=tmp_path, timeout=60)
+    done = cli(*overrides, cwd=tmp_path)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: trainer.recompute:") and named in line, line

@@ -9,7 +9,7 @@ from runner.job import resolve_job
 from runner.planner import plan, predict
 from runner.planner.hardware import tier, transfer_s
 from runner.planner.memory import GIB
-from tests.conftest import compose_job
+from tests.helpers.jobs import compose_job
 
 # The default decoder: d_model 128, 2 blocks, vocabulary 2048. A block: Q, K, V and the output
 # projection (d x d, biases), two LayerNorms (2d each), up (d x 4d, bias 4d), down (4d x d, bias d).

@@ -16,19 +16,17 @@ from runner import validate
 from runner.job import resolve_job
 from runner.planner.memory import memory_per_device_gib
 from runner.snapshots import find
-from tests.conftest import (
-    QUICK,
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.records import (
     all_runs,
     assert_redone_steps_repeat,
-    compose_job,
     forget_snapshots_of_step,
     loss_series,
     losses_by_step,
-    run_cli,
-    train,
 )
 
-STEPS = 20
+STEPS = 8
 RELATIVE = 1e-5  # fp32: replicas' gradients add in another order (tests/test_tensor.py)
 COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
 MODELS = {
@@ -41,14 +39,14 @@ COLLECTIVES = {  # what each level runs over the dp ranks
     "gradients": {"all_gather", "reduce_scatter"},
     "full": {"all_gather", "reduce_scatter"},
 }
-# Each level snapshots at steps 10 and 20 into a folder of its own; with step 20 removed, the
-# resumed ones redo steps 11 to 20. ZeRO-1 (each replica's own optimizer state) and FSDP (sharded
+# Each level snapshots at steps 4 and 8 into a folder of its own; with step 8 removed, the
+# resumed ones redo steps 5 to 8. ZeRO-1 (each replica's own optimizer state) and FSDP (sharded
 # weights, gradients and state: DTensors) are the two ways a replica's state is saved.
-SNAPSHOTS = ["checkpoint.every_n_steps=10", "checkpoint.dir='snapshots/${parallel.shard}'"]
+SNAPSHOTS = ["checkpoint.every_n_steps=4", "checkpoint.dir='snapshots/${parallel.shard}'"]
 
 
-def sweep(tmp_path: Path, store: str, *job: str) -> None:
-    done = run_cli("-m", *job, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
+def sweep(cli: Cli, tmp_path: Path, store: str, *job: str) -> None:
+    done = cli("-m", *job, *QUICK, f"logger.tracking_uri={store}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -71,20 +69,22 @@ def assert_counted_as_planned(metrics: dict[str, float], level: str, dims: tuple
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["decoder", "ffnn"])
 def test_every_level_equals_the_single_process_run_and_counts_its_collectives(
-    store: str, tmp_path: Path, model: str
+    store: str, tmp_path: Path, cli: Cli, model: str
 ) -> None:
     job = [*MODELS[model], *COMMON, "parallel=fsdp", "hardware.devices=2"]
     single = loss_series(store, train(*MODELS[model], *COMMON))
-    sweep(tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS)
+    sweep(cli, tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS)
     forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
-    sweep(tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS, "resume=auto")
+    sweep(
+        cli, tmp_path, store, *job, f"parallel.shard={','.join(LEVELS)}", *SNAPSHOTS, "resume=auto"
+    )
     runs = {r.data.params["parallel.shard"]: r for r in parallel_runs(store)}
     assert set(runs) == set(LEVELS)
     for level, run in runs.items():
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), level
         assert_counted_as_planned(run.data.metrics, level, ("dp",))
-        assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+        assert_redone_steps_repeat(store, run.info.run_id, range(4, STEPS))
     m = {level: run.data.metrics for level, run in runs.items()}
     gathered = {
         level: m[level]["comm_bytes_per_step/dp/all_gather"] for level in ("gradients", "full")
@@ -114,21 +114,21 @@ DIMS = {"data+tensor": ("dp", "tp"), "data+pipeline+tensor": ("dp", "pp", "tp")}
 
 @pytest.mark.slow
 def test_sharded_meshes_with_tensor_and_pipeline_parallelism_equal_the_single_process_run(
-    store: str, tmp_path: Path
+    store: str, tmp_path: Path, cli: Cli
 ) -> None:
     """parallel=fsdp_tp (2 x 2: FSDP over DTensor's shards) and fsdp_3d (2 x 2 x 2)."""
     single = loss_series(store, train(*MODELS["decoder"], *COMMON))
     job = [*MODELS["decoder"], *COMMON, "parallel=fsdp_tp,fsdp_3d", *PER_JOB]
-    sweep(tmp_path, store, *job)
+    sweep(cli, tmp_path, store, *job)
     forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
-    sweep(tmp_path, store, *job, "resume=auto")
+    sweep(cli, tmp_path, store, *job, "resume=auto")
     runs = {r.data.tags["parallel"]: r for r in parallel_runs(store)}
     assert set(runs) == set(DIMS) and len(parallel_runs(store)) == 2
     for layout, run in runs.items():
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), layout
         assert_counted_as_planned(run.data.metrics, "full", DIMS[layout])
-        assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+        assert_redone_steps_repeat(store, run.info.run_id, range(4, STEPS))
 
 
 # Wide enough that the state (3.7 M parameters: 59 MB of weights, gradients and AdamW's moments
@@ -140,9 +140,9 @@ WIDE = ["model=decoder", "model.d_model=256", "model.n_layers=4", "model.dropout
 
 @pytest.mark.slow
 def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
-    store: str, tmp_path: Path
+    store: str, tmp_path: Path, cli: Cli
 ) -> None:
-    sweep(tmp_path, store, *WIDE, "parallel.shard=none,optimizer,gradients,full")
+    sweep(cli, tmp_path, store, *WIDE, "parallel.shard=none,optimizer,gradients,full")
     runs = {r.data.params["parallel.shard"]: r for r in parallel_runs(store)}
     m = {level: run.data.metrics for level, run in runs.items()}
     # The CPU's counterpart of CUDA's peak (runner/training/callbacks/memory.py): malloc's bytes
@@ -190,13 +190,13 @@ def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
 @pytest.mark.slow
 @pytest.mark.parametrize("model", list(ON_MESHES))
 def test_the_other_levels_and_models_on_meshes_equal_one_process_and_resume(
-    store: str, tmp_path: Path, model: str
+    store: str, tmp_path: Path, cli: Cli, model: str
 ) -> None:
     job = [*MODELS[model], *COMMON, *ON_MESHES[model], *PER_JOB]
     single = loss_series(store, train(*MODELS[model], *COMMON))
-    sweep(tmp_path, store, *job)
+    sweep(cli, tmp_path, store, *job)
     forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
-    sweep(tmp_path, store, *job, "resume=auto")
+    sweep(cli, tmp_path, store, *job, "resume=auto")
     runs = parallel_runs(store)
     assert len(runs) == 2  # each resumed its own run
     for run in runs:
@@ -204,4 +204,4 @@ def test_the_other_levels_and_models_on_meshes_equal_one_process_and_resume(
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), (level, layout)
         assert_counted_as_planned(run.data.metrics, level, DIMS[layout])
-        assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+        assert_redone_steps_repeat(store, run.info.run_id, range(4, STEPS))

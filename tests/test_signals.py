@@ -15,18 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (
-    QUICK,
-    all_runs,
-    loss_series,
-    losses_by_step,
-    run_cli,
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import DP2, QUICK, train
+from tests.helpers.processes import (
+    assert_session_ends,
     start_cli,
     start_session,
     stop_session,
-    train,
+    wait_for_steps,
 )
-from tests.test_data_parallel import DP2, assert_session_ends, wait_for_steps
+from tests.helpers.records import all_runs, loss_series, losses_by_step
 
 ENDLESS = ["model=ffnn", *DP2, "trainer.max_steps=100000", *QUICK]
 PARALLEL = 1e-5  # two ranks' gradients add in another order than one process's
@@ -61,9 +59,12 @@ def launcher_pid(job: subprocess.Popen) -> int:
 @pytest.mark.parametrize("parent", PARENTS)
 @pytest.mark.parametrize("sig", ENDS, ids=[s.name for s in ENDS])
 def test_a_signal_to_the_job_ends_every_process_within_seconds(
-    tmp_path: Path, parent: str, sig: signal.Signals
+    tmp_path: Path,
+    parent: str,
+    sig: signal.Signals,
+    seeded: str,
 ) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     job = PARENTS[parent](*ENDLESS, cwd=tmp_path)
     try:
         wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
@@ -89,9 +90,12 @@ def test_a_signal_to_the_job_ends_every_process_within_seconds(
 @pytest.mark.slow
 @pytest.mark.parametrize("parent", PARENTS)
 def test_a_launcher_killed_outright_takes_its_ranks_and_its_run_fails_later(
-    tmp_path: Path, parent: str
+    tmp_path: Path,
+    parent: str,
+    cli: Cli,
+    seeded: str,
 ) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     job = PARENTS[parent](*ENDLESS, cwd=tmp_path)
     try:
         wait_for_steps(tmp_path / "mlflow.db", job, steps=3)
@@ -103,7 +107,7 @@ def test_a_launcher_killed_outright_takes_its_ranks_and_its_run_fails_later(
         stop_session(job)
     (killed,) = all_runs(uri)
     assert killed.info.status == "RUNNING"  # nothing could end it
-    assert run_cli("mode=plan", "model=ffnn", *DP2, cwd=tmp_path).returncode == 0
+    assert cli("mode=plan", "model=ffnn", *DP2, cwd=tmp_path).returncode == 0
     killed = next(r for r in all_runs(uri) if r.info.run_id == killed.info.run_id)
     assert killed.info.status == "FAILED"
     assert f"pid {launcher} " in killed.data.tags["failed_reason"]
@@ -112,23 +116,25 @@ def test_a_launcher_killed_outright_takes_its_ranks_and_its_run_fails_later(
 
 @pytest.mark.slow
 def test_a_job_told_to_stop_snapshots_and_resumes_in_the_same_run(
-    store: str, tmp_path: Path
+    store: str,
+    tmp_path: Path,
+    cli: Cli,
 ) -> None:
-    """SIGUSR1 (SLURM's warning before a time limit) to every rank at step 8: the ranks agree at
+    """SIGUSR1 (SLURM's warning before a time limit) to every rank at step 4: the ranks agree at
     that step, snapshot after it and stop; resume=auto continues the same run to the end, its
     losses those of one process never stopped. A pipeline, whose ranks agree in a collective of
     their own; data parallelism's agree in the loss's mean (reliability.md's example, which the
     docs test runs, stops and resumes one)."""
     layout = ["parallel=pipeline", "hardware.devices=2"]
-    model = ["model=ffnn", "model.hidden=[64,64,64]", "trainer.max_steps=20"]
+    model = ["model=ffnn", "model.hidden=[64,64,64]", "trainer.max_steps=10"]
     single = losses_by_step(store, train(*model))
     job = [*model, *layout, *QUICK, f"logger.tracking_uri={store}"]
-    stopped = run_cli(*job, "fault.preempt_at_step=8", cwd=tmp_path)
+    stopped = cli(*job, "fault.preempt_at_step=4", cwd=tmp_path)
     assert stopped.returncode == 3, stopped.stderr[-2000:]
     assert stopped.stderr.strip().splitlines()[-1].startswith("stopped: preempted")
     (run,) = [r for r in all_runs(store) if r.data.tags["world_size"] == "2"]
-    assert run.info.status == "KILLED" and run.data.tags["preempted_at_step"] == "9"
-    resumed = run_cli(*job, "resume=auto", cwd=tmp_path)
+    assert run.info.status == "KILLED" and run.data.tags["preempted_at_step"] == "5"
+    resumed = cli(*job, "resume=auto", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     (run,) = [r for r in all_runs(store) if r.data.tags["world_size"] == "2"]
     assert run.info.status == "FINISHED"

@@ -1,9 +1,8 @@
-"""The runner on a real SLURM (tests/one_node_slurm.py): srun jobs of each layout record one run
-with every rank's figures; a task layout that does not match the mesh is refused in one line; a
-sweep submitted through Hydra's submitit launcher (hydra/launcher=slurm) asks for each job's
-mesh and nests a child run per job under one parent, the jobs running at once, a failed one
-named; a preempted job snapshots, is requeued by the
-runner and resumes in the same run."""
+"""The runner on a real SLURM (tests/helpers/one_node_slurm.py): srun jobs of each layout record
+one run with every rank's figures; a task layout that does not match the mesh is refused in one
+line; a sweep submitted through Hydra's submitit launcher (hydra/launcher=slurm) asks for each
+job's mesh and nests a child run per job under one parent, the jobs running at once, a failed one
+named; a preempted job snapshots, is requeued by the runner and resumes in the same run."""
 
 from __future__ import annotations
 
@@ -16,11 +15,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import QUICK, all_runs, free_port, losses_by_step, train
-from tests.one_node_slurm import Unavailable, one_node_slurm, stragglers, until
-from tests.test_data_parallel import RELATIVE
+from runner.cluster import free_port
+from tests.helpers.jobs import QUICK, train
+from tests.helpers.one_node_slurm import Unavailable, one_node_slurm, stragglers, until
+from tests.helpers.records import all_runs, losses_by_step
 
 SHORT = ["trainer.max_steps=6", *QUICK]
+RELATIVE = 1e-5  # fp32: ranks sum the same gradients in another order, nothing else differs
 LAYOUTS = {  # 2 ranks each, the FFNN split in a column/row pair per pipeline stage
     "data": ["parallel=data"],
     "pipeline": ["parallel=pipeline", "parallel.microbatches=2"],
@@ -65,8 +66,10 @@ def job_state(env: dict[str, str], job: str) -> tuple[str, int]:
 
 
 @pytest.mark.slow
-def test_srun_runs_each_layout_as_one_job(slurm: dict[str, str], tmp_path: Path) -> None:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_srun_runs_each_layout_as_one_job(
+    slurm: dict[str, str], tmp_path: Path, seeded: str
+) -> None:
+    uri = seeded
     model = ["model=ffnn", "model.hidden=[64,64,64]", "hardware.devices=2", *SHORT]
     for layout in LAYOUTS.values():
         done = srun(slurm, tmp_path, ["--ntasks-per-node=2"], *model, *layout)
@@ -102,12 +105,14 @@ def test_a_task_layout_that_does_not_match_is_refused_in_one_line(
 
 @pytest.mark.slow
 def test_a_sweep_on_slurm_asks_for_each_mesh_and_names_a_failed_job_once_the_others_finish(
-    slurm: dict[str, str], tmp_path: Path
+    slurm: dict[str, str],
+    tmp_path: Path,
+    seeded: str,
 ) -> None:
     """hydra/launcher=slurm: each job one SLURM job of a task per rank, warned by SIGUSR1; the
     jobs nest under one parent and run at once; rank 1 of one job is killed at step 3: that job's
     run is FAILED and the sweep names it, after the other has finished."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = seeded
     sweep = ["-m", "hydra/launcher=slurm", "model=ffnn", "parallel=data", "hardware.devices=2",
              "fault.kill_rank=null,1", "fault.at_step=3", *SHORT]  # fmt: skip
     env = slurm | {"MASTER_ADDR": "127.0.0.1"}  # each job's port from its job id

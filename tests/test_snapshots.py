@@ -7,17 +7,15 @@ from pathlib import Path
 import pytest
 
 from runner import validate
-from runner.launch import JobFailed
+from runner.errors import JobFailed
 from runner.snapshots import SafeUnpickler, find
-from tests.conftest import (
-    QUICK,
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.records import (
     RESUME_RELATIVE,
     all_runs,
     assert_redone_steps_repeat,
-    compose_job,
     losses_by_step,
-    run_cli,
-    train,
 )
 
 STEPS = 20
@@ -26,27 +24,31 @@ SNAPSHOTS = ["checkpoint.every_n_steps=5", f"trainer.max_steps={STEPS}"]
 # single-process equality (test_tensor.py, test_pipeline.py). Dropout draws from every rank's
 # generator: a resume must restore each of them.
 KILLED = ["model=decoder", "model.d_model=32", "model.dropout=0.1", "data.batch_size=16",
-          "parallel=data", "hardware.devices=2"]  # fmt: skip
+          "parallel=data", "hardware.devices=2", "checkpoint.every_n_steps=4",
+          "trainer.max_steps=10"]  # fmt: skip
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumed_equals_the_uninterrupted_one(tmp_path: Path) -> None:
-    job, uri = [*KILLED, *SNAPSHOTS, *QUICK], f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert run_cli(*job, cwd=tmp_path).returncode == 0
-    killed = run_cli(*job, "fault.kill_rank=1", "fault.at_step=12", cwd=tmp_path)
+def test_a_killed_run_resumed_equals_the_uninterrupted_one(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    job, uri = [*KILLED, *QUICK], seeded
+    assert cli(*job, cwd=tmp_path).returncode == 0
+    killed = cli(*job, "fault.kill_rank=1", "fault.at_step=6", cwd=tmp_path)
     assert killed.returncode == 1
-    resumed = run_cli(*job, "fault.kill_rank=1", "fault.at_step=12", "resume=auto", cwd=tmp_path)
+    resumed = cli(*job, "fault.kill_rank=1", "fault.at_step=6", "resume=auto", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     whole, interrupted = sorted(all_runs(uri), key=lambda r: r.info.start_time)
     assert interrupted.info.status == "FINISHED"  # the same run, finished after the resume
     expected = losses_by_step(uri, whole.info.run_id)
-    assert len(expected) == STEPS
+    assert len(expected) == 10
     losses = losses_by_step(uri, interrupted.info.run_id)
     assert losses == pytest.approx(expected, rel=RESUME_RELATIVE)
-    assert_redone_steps_repeat(uri, interrupted.info.run_id, range(10, 12))
-    assert interrupted.data.metrics["lost_steps"] == 2  # steps 10 and 11, redone from step 10
+    assert_redone_steps_repeat(uri, interrupted.info.run_id, range(4, 6))
+    assert interrupted.data.metrics["lost_steps"] == 2  # steps 4 and 5, redone from step 4
 
 
+@pytest.mark.slow
 def test_a_single_process_run_resumes_from_its_snapshot(store: str) -> None:
     job = ["model=ffnn", *SNAPSHOTS]
     expected = losses_by_step(store, train(*job))

@@ -1,5 +1,6 @@
-"""The shape a newcomer relies on: models are named only in their folders and the registry, and
-packages import in one direction (plugins -> runner; planner -> layouts -> models)."""
+"""The shape a newcomer relies on: models are named only in their folders and the registry,
+packages import in one direction (plugins -> runner; planner -> layouts -> models), and no module
+of runner/ reaches itself again through its imports, those inside functions included."""
 
 from __future__ import annotations
 
@@ -89,3 +90,108 @@ def test_packages_import_in_one_direction() -> None:
     assert reaches("runner/models", later) == {}
     assert reaches("runner/layouts", ("runner.planner", "runner.training", "runner.modes")) == {}
     assert reaches("runner/planner", ("runner.training", "runner.modes")) == {}
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports, at the top or inside a function. `from
+    a.b import c` imports the module a.b.c where there is one, else the names a.b defines: a
+    package's `__init__` counts only for what it defines itself, not for its submodules."""
+    root = package.parent
+    paths = {module_name(p, root): p for p in sorted(package.rglob("*.py"))}
+
+    def known(name: str) -> str | None:
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package_of = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {known(alias.name) for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package, up level - 1
+                    up = package_of.rsplit(".", node.level - 1)[0]
+                    base = f"{up}.{base}".rstrip(".")
+                for alias in node.names:
+                    whole = f"{base}.{alias.name}"
+                    found.add(whole if whole in paths else known(base))
+        graph[name] = {m for m in found if m is not None and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of modules (Tarjan's), as a path that
+    starts and ends at the same module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [path_around(graph, group) for group in groups]
+
+
+def path_around(graph: dict[str, set[str]], group: set[str]) -> list[str]:
+    """The shortest way from the group's first module back to itself, within the group."""
+    start = min(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & group):
+                if w == start:
+                    return [*paths[v], start]
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no way around {group}")
+
+
+def test_no_module_of_the_runner_imports_itself_through_others() -> None:
+    found = cycles(import_graph(ROOT / "runner"))
+    assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
+
+
+def test_the_cycle_check_finds_a_cycle_through_an_import_inside_a_function(
+    tmp_path: Path,
+) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from pkg.sub.b import B\n")  # a re-export: no cycle
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg.sub import b\n    return b\n")
+    (package / "sub" / "b.py").write_text("from ..a import f\nB = f\n")
+    (package / "c.py").write_text("import pkg.a\n")
+    assert cycles(import_graph(package)) == [["pkg.a", "pkg.sub.b", "pkg.a"]]

@@ -8,7 +8,10 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from hydra_plugins.runner_sweeper import ComposedOnce
-from tests.conftest import CONF_DIR
+from runner.cli import CONF_DIR
+from runner.config import register_configs
+
+register_configs()  # the structured configs the YAML files name
 
 JOBS = [
     ["mode=plan", "parallel.tp=2", "parallel.pp=4"],

@@ -11,19 +11,18 @@ from runner.job import Job, resolve_job
 from runner.layouts import traffic
 from runner.mesh import Mesh, mesh_of
 from runner.planner.memory import GIB, largest_layer_gib, memory_per_device_gib, params_per_device
-from tests.conftest import (
-    QUICK,
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.metrics import assert_registered
+from tests.helpers.records import (
     all_runs,
     assert_redone_steps_repeat,
-    compose_job,
     forget_snapshots_of_step,
     loss_series,
     losses_by_step,
-    run_cli,
-    train,
 )
 
-STEPS = 20
+STEPS = 8
 RELATIVE = 1e-5  # fp32: shards' partial sums and replicas' gradients add in another order
 COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
 # Small, so that 4 processes on 2 cores stay quick; the FFNN's 4 layers give each of 2 pipeline
@@ -38,10 +37,10 @@ LAYOUTS = {  # the preset, and the mesh dimensions whose bytes the run must coun
     "dp_pp": ["dp", "pp"],
     "pp_tp": ["pp", "tp"],
 }
-# Every layout snapshots at steps 10 and 20 into a folder of its own, so that resume=auto finds
-# its own; with step 20 removed, the resumed decoders redo steps 11 to 20.
+# Every layout snapshots at steps 4 and 8 into a folder of its own, so that resume=auto finds
+# its own; with step 8 removed, the resumed decoders redo steps 5 to 8.
 SNAPSHOTS = [
-    "checkpoint.every_n_steps=10",
+    "checkpoint.every_n_steps=4",
     "checkpoint.dir='snapshots/${parallel.dp}x${parallel.pp}x${parallel.tp}'",
 ]
 LAYOUT_TAGS = {
@@ -55,14 +54,14 @@ LAYOUT_TAGS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["decoder", "ffnn"])
 def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
-    store: str, tmp_path: Path, model: str
+    store: str, tmp_path: Path, cli: Cli, model: str
 ) -> None:
     job = [*MODELS[model], *COMMON]
     single = loss_series(store, train(*job))
-    run_every_mesh(tmp_path, store, *job, *SNAPSHOTS)
+    run_every_mesh(cli, tmp_path, store, *job, *SNAPSHOTS)
     if model == "decoder":
         forget_snapshots_of_step(tmp_path / "snapshots", STEPS)
-        run_every_mesh(tmp_path, store, *job, *SNAPSHOTS, "resume=auto")
+        run_every_mesh(cli, tmp_path, store, *job, *SNAPSHOTS, "resume=auto")
     # The jobs of more than one process (the sweep's parent run has no world size).
     runs = {
         r.data.tags["parallel"]: r
@@ -75,7 +74,7 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
         losses = losses_by_step(store, run.info.run_id)
         assert losses == pytest.approx(single, rel=RELATIVE), preset
         if model == "decoder":
-            assert_redone_steps_repeat(store, run.info.run_id, range(10, STEPS))
+            assert_redone_steps_repeat(store, run.info.run_id, range(4, STEPS))
         m = run.data.metrics
         # The decoder's vocabulary is split over tp (parallel.vocab_parallel, the default): its
         # embedding's, output layer's and loss's collectives are in both figures.
@@ -87,26 +86,29 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
         world = int(run.data.tags["world_size"])
         for rank in range(world):
             assert 0 < m[f"rank_{rank}/comm_time_s"] < m["step_time_s"]
+        assert_registered(run)
 
 
-def run_every_mesh(tmp_path: Path, store: str, *job: str) -> None:
-    done = run_cli(
+def run_every_mesh(cli: Cli, tmp_path: Path, store: str, *job: str) -> None:
+    done = cli(
         "-m", *job, *QUICK, "parallel=dp_tp,dp_pp,pp_tp", f"logger.tracking_uri={store}",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    done = run_cli(*job, *QUICK, "parallel=tensor", "hardware.devices=2", cwd=tmp_path)
+    done = cli(*job, *QUICK, "parallel=tensor", "hardware.devices=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow
-def test_without_vocab_parallelism_only_the_blocks_all_reduce(store: str, tmp_path: Path) -> None:
+def test_without_vocab_parallelism_only_the_blocks_all_reduce(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
     """parallel.vocab_parallel=false: every rank holds the whole embedding and computes every
     logit, so only the blocks' all-reduces run, as before vocabulary parallelism."""
     job = [*MODELS["decoder"], *COMMON]
     single = loss_series(store, train(*job))
     split = ["parallel=tensor", "hardware.devices=2", "parallel.vocab_parallel=false"]
-    done = run_cli(*job, *QUICK, *split, cwd=tmp_path)
+    done = cli(*job, *QUICK, *split, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "2"]
     assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE)

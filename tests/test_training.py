@@ -13,13 +13,16 @@ from mlflow import MlflowClient
 from runner.app import run_job
 from runner.training.module import TrainModule
 from runner.training.rank import sigterm_deferred
-from tests.conftest import QUICK, all_runs, compose_job, loss_series, train
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.metrics import assert_registered
+from tests.helpers.records import all_runs, loss_series
 
 STEPS = {"neuron": 40, "ffnn": 40, "decoder": 30}
 # The loss of a guess that knows nothing: uniform over 2 classes, 10 digits, 2,048 tokens.
 CHANCE = {"neuron": math.log(2), "ffnn": math.log(10), "decoder": math.log(2048)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", list(STEPS))
 def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
     overrides = [f"model={model}", f"trainer.max_steps={STEPS[model]}"]
@@ -47,6 +50,7 @@ def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
     step_bound = int(run.data.params["data.batch_size"]) / run.data.metrics["step_time_s"]
     assert 0 < run.data.metrics["throughput_samples_per_s"] <= step_bound
     assert ("throughput_tokens_per_s" in run.data.metrics) == (model == "decoder")
+    assert_registered(run)
 
 
 def test_artifacts_hold_the_resolved_config_and_the_overrides(store: str) -> None:
@@ -60,6 +64,7 @@ def test_artifacts_hold_the_resolved_config_and_the_overrides(store: str) -> Non
     assert overrides == ["model=ffnn", "trainer.max_steps=12"]
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_loss_series(store: str) -> None:
     first, again, other = (
         train("model=ffnn", "trainer.max_steps=15", f"seed={s}") for s in (3, 3, 4)
@@ -83,6 +88,7 @@ def test_a_failure_mid_run_marks_it_failed_and_keeps_what_was_logged(store, monk
     (run,) = all_runs(store)
     assert run.info.status == "FAILED"
     assert len(loss_series(store, run.info.run_id)) == 5
+    assert_registered(run)  # the lost work's figures among them
 
 
 def test_without_measuring_a_run_logs_its_losses_and_throughput_only(store: str) -> None:

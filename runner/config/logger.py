@@ -1,8 +1,10 @@
-"""The logger group: where MLflow records the runs; and its rule (a server must answer)."""
+"""The logger group: where MLflow records the runs; its rule (a server must answer); the store's URI
+as a client opens it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from runner.errors import ConfigError
 
@@ -41,3 +43,16 @@ def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
         raise ConfigError(
             "logger.tracking_uri", f"no MLflow server answers at {uri} ({reason})"
         ) from None
+
+
+def store_uri(tracking_uri: str) -> str:
+    """The store's URI for a client: a relative SQLite path made absolute. MLflow keeps one
+    database engine per URI string in a process, and SQLite opens a relative path from the folder
+    the process is in when it connects: a process that runs jobs in several folders (a sweep with
+    hydra.job.chdir, ranks forked by a server that started elsewhere) would write them all into
+    one folder's store."""
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
+        path = tracking_uri.removeprefix("sqlite:///")
+        if path != ":memory:":
+            return f"sqlite:///{Path(path).resolve()}"
+    return tracking_uri

@@ -1,17 +1,16 @@
 """Parallel layouts: each takes the plain model as it is and decides how it runs on many devices.
 
-A layout is one folder: its Lightning strategy, the probe that measures what it runs, and the
-traffic the planner predicts for it. The device mesh (runner/mesh.py) says which runs: data-
-parallel replicas only is Lightning's DDP (data/); any tensor-parallel split, or replicas that
-shard their state (sharded/), is the mesh strategy (tensor/); any pipeline is the pipeline
-strategy (pipeline/), which also splits its stages over tp and replicates them over dp. This
-module stays torch-free: the planner imports it.
+A technique is one folder: its part of a Lightning strategy, the probe that measures what it runs,
+and the traffic the planner predicts for it. The device mesh (runner/mesh.py) says which strategy
+runs (runner/layouts/strategy.py): data-parallel replicas only is Lightning's DDP (data/); any
+tensor-parallel split (tensor/), or replicas that shard their state (sharded/), is the mesh
+strategy, which composes the techniques' parts (mesh_strategy.py); any pipeline is the pipeline
+strategy (pipeline/), which splits its stages over tp and replicates them over dp the same way.
+What the timing and the snapshots ask of a running layout is layout.py's. This module stays
+torch-free: the planner imports it.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
-from typing import Any
 
 from omegaconf import DictConfig
 
@@ -49,35 +48,7 @@ def traffic(job: Job) -> Traffic:
     return out
 
 
-def backend(cfg: DictConfig) -> str:
-    if cfg.dist.backend != "auto":
-        return cfg.dist.backend
-    return "nccl" if cfg.hardware.accelerator == "gpu" else "gloo"
-
-
-def timeout(cfg: DictConfig) -> timedelta:
-    return timedelta(seconds=cfg.dist.timeout_s)
-
-
 def data_shard(cfg: DictConfig, rank: int) -> tuple[int, int]:
     """This rank's data-parallel index and count: only data-parallel ranks see different data."""
     mesh = mesh_of(cfg)
     return mesh.coords(rank)["dp"], mesh.dp
-
-
-def strategy(cfg: DictConfig) -> Any:
-    """The Lightning strategy of the config's layout ("auto": one device, no layout). Micro-batches
-    without a pipeline are gradient accumulation: the pipeline strategy with one stage, whose
-    schedule runs forward and backward per micro-batch (on one process too)."""
-    mesh = mesh_of(cfg)
-    accumulate = cfg.parallel.microbatches > 1
-    sharded = cfg.parallel.shard != "none" and mesh.dp > 1
-    if mesh.world == 1 and not accumulate:
-        return "auto"  # any layout on one device is the plain single-device run
-    if mesh.pp > 1 or accumulate:
-        from runner.layouts.pipeline.strategy import strategy as make
-    elif mesh.tp > 1 or sharded:
-        from runner.layouts.tensor.strategy import strategy as make
-    else:
-        from runner.layouts.data.strategy import strategy as make
-    return make(cfg, mesh)

@@ -55,6 +55,9 @@ class Transfer:
         return replace(self, start=seconds(self.start), end=seconds(self.end))
 
 
+Recorder = Callable[[Transfer], None]  # where a probe reports each transfer
+
+
 @dataclass(frozen=True)
 class Action:
     kind: str  # "F<stage>", "B<stage>", "W<stage>" (compute), or "wait" (blocked on P2P)

@@ -32,7 +32,23 @@ from torch import nn
 
 from runner.allocator import keep_freed_memory
 from runner.cluster import free_port
+from runner.fork_server import start_fork_server
 from runner.job import Job
+from runner.metrics import (
+    CALIBRATE_BANDWIDTH,
+    CALIBRATE_CORES,
+    CALIBRATE_LATENCY,
+    CALIBRATE_MATMUL,
+    CALIBRATE_MEMORY_BANDWIDTH,
+    CALIBRATE_PLAIN_STEP,
+    CALIBRATE_PRODUCTS_SHARE,
+    CALIBRATE_STEP_FLOPS,
+    CALIBRATE_STEP_OVERHEAD,
+    CALIBRATE_STEP_TIME,
+    CALIBRATE_THREADS,
+    CALIBRATE_TP_OVERHEAD,
+    STEP_TIME,
+)
 from runner.modes.split_step import layer_overhead_s, splits
 from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
@@ -44,6 +60,9 @@ SIZES = [2**k for k in range(12, 25, 2)]  # 4 kB .. 16 MB
 REPEATS = 5
 CPU = torch.device("cpu")
 LINK_REPEATS = 25  # small messages are noisy: a scheduler hiccup is longer than the message
+# Seconds of calls to time one product size with: a slow path (bf16 on a CPU without bf16
+# instructions ran a 1,024-square product at 0.8 GFLOP/s here) would take 15 s of a calibration.
+PRODUCT_BUDGET_S = 1.0
 
 
 def settle(device: torch.device) -> None:
@@ -52,16 +71,27 @@ def settle(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def best_time(fn: Callable[[], Any], repeats: int = REPEATS, device: torch.device = CPU) -> float:
-    fn()  # warm-up: allocation, thread pool, kernel selection
-    times = []
-    for _ in range(repeats):
-        settle(device)
-        start = time.perf_counter()
-        fn()
-        settle(device)
-        times.append(time.perf_counter() - start)
-    return min(times)
+def best_time(
+    fn: Callable[[], Any],
+    repeats: int = REPEATS,
+    device: torch.device = CPU,
+    budget_s: float | None = None,
+) -> float:
+    """The shortest of `repeats` timed calls, after a warm-up (allocation, thread pool, kernel
+    selection). With a budget, fewer calls where one takes long, at least one: a process's own
+    measurement only, as ranks timing a collective together must all call it alike."""
+    warm_up = timed(fn, device)
+    if budget_s is not None:
+        repeats = max(1, min(repeats, int(budget_s / max(warm_up, 1e-9))))
+    return min(timed(fn, device) for _ in range(repeats))
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> float:
+    settle(device)
+    start = time.perf_counter()
+    fn()
+    settle(device)
+    return time.perf_counter() - start
 
 
 # The peak_tflops keys a device has, and the torch dtype of each (tf32: fp32 on tensor cores).
@@ -84,7 +114,7 @@ def matmul_flops(device: torch.device, key: str) -> dict[int, float]:
     for n in CURVE_SIZES[device.type]:
         a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
         repeats = max(REPEATS, int(2e8 / n**3))  # small products: enough calls to time
-        out[n] = 2 * n**3 / best_time(lambda a=a, b=b: a @ b, repeats, device)
+        out[n] = 2 * n**3 / best_time(lambda a=a, b=b: a @ b, repeats, device, PRODUCT_BUDGET_S)
     torch.set_float32_matmul_precision("highest")
     return out
 
@@ -109,7 +139,7 @@ def runner_step_time(cfg: DictConfig) -> float:
     """Mean step time of the runner's own training (Lightning and all), a few steps, no record."""
     from runner.training.rank import train
 
-    return train(OmegaConf.merge(cfg, {"trainer": QUICK}))["step_time_s"]
+    return train(OmegaConf.merge(cfg, {"trainer": QUICK}))[STEP_TIME.name]
 
 
 def random_batch(
@@ -171,7 +201,7 @@ def _links(rank: int, port: int, out: str) -> None:
         times["p2p"].append(best_time(ping, LINK_REPEATS) / 2)
     tp_overhead = tensor_layer_overhead(times["all_reduce"][0])
     if rank == 0:
-        Path(out).write_text(json.dumps(times | {"tp_layer_overhead_s": tp_overhead}))
+        Path(out).write_text(json.dumps(times | {CALIBRATE_TP_OVERHEAD.name: tp_overhead}))
     dist.destroy_process_group()
 
 
@@ -196,7 +226,9 @@ def tensor_layer_overhead(allreduce_latency: float) -> float:
 
 
 def link_times() -> dict[str, list[float]]:
-    """gloo between two fresh processes on 127.0.0.1; rank 0 hands its times back in a file."""
+    """gloo between two processes on 127.0.0.1, forked by the runner's fork server (its imports
+    made once, for these and the split step's ranks); rank 0 hands its times back in a file."""
+    start_fork_server()
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "links.json"
@@ -219,6 +251,9 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     torch.set_num_threads(threads)
     if cfg.hardware.keep_freed_memory:  # as every rank will run: the plain step's speed sets
         keep_freed_memory()  # compute_efficiency (measured: 5-8 % faster kept)
+    # The links first: their processes wait for the fork server's imports, which must not run
+    # beside the timings below.
+    links = link_figures() if device.type == "cpu" else {}
     measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys_of(device)}
     peaks = {key: peak for key, (peak, _) in measured.items()}
     curves = {key: curve for key, (_, curve) in measured.items()}
@@ -230,19 +265,20 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     scale = cores / threads if device.type == "cpu" else 1
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cores} cores",
-        "threads": threads,
-        "cores": cores,
-        "matmul_flops": {key: peak * scale for key, peak in peaks.items()},
-        "gemm_efficiency": curves,
-        "memory_bandwidth_bytes_s": bandwidth * scale,
-        "step_time_s": step,
-        "step_overhead_s": max(0.0, step - plain),  # what the runner (Lightning, hooks) adds
-        "plain_step_time_s": plain,
-        "step_flops": model_flops_per_step(job) / plain,
+        CALIBRATE_THREADS.name: threads,
+        CALIBRATE_CORES.name: cores,
+        CALIBRATE_MATMUL.group: {key: peak * scale for key, peak in peaks.items()},
+        "gemm_efficiency": curves,  # lists: in calibration.json, not logged
+        CALIBRATE_MEMORY_BANDWIDTH.name: bandwidth * scale,
+        CALIBRATE_STEP_TIME.name: step,
+        # what the runner (Lightning, hooks) adds
+        CALIBRATE_STEP_OVERHEAD.name: max(0.0, step - plain),
+        CALIBRATE_PLAIN_STEP.name: plain,
+        CALIBRATE_STEP_FLOPS.name: model_flops_per_step(job) / plain,
         # the share of the plain step its matrix products take, at the speeds measured above
-        "products_share": min(1.0, products_s(job, rates) / plain),
+        CALIBRATE_PRODUCTS_SHARE.name: min(1.0, products_s(job, rates) / plain),
         "compute": compute,  # the peak the step's FLOP/s are a share of
-    } | (link_figures() if device.type == "cpu" else {})
+    } | links
 
 
 def link_figures() -> dict[str, Any]:
@@ -250,23 +286,32 @@ def link_figures() -> dict[str, Any]:
     # A ring all-reduce of S bytes over 2 ranks puts 2(n-1)/n * S = S on the wire.
     ar_latency, ar_bandwidth = fit_line(SIZES, links["all_reduce"])
     p2p_latency, p2p_bandwidth = fit_line(SIZES, links["p2p"])
+    overhead = CALIBRATE_TP_OVERHEAD.name
     return {
-        "all_reduce": {"latency_s": ar_latency, "bandwidth_bytes_s": ar_bandwidth},
-        "p2p": {"latency_s": p2p_latency, "bandwidth_bytes_s": p2p_bandwidth},
+        "all_reduce": fitted(ar_latency, ar_bandwidth),
+        "p2p": fitted(p2p_latency, p2p_bandwidth),
         "sizes": SIZES,
-        "times": {k: v for k, v in links.items() if k != "tp_layer_overhead_s"},
-        "tp_layer_overhead_s": links["tp_layer_overhead_s"],
+        "times": {k: v for k, v in links.items() if k != overhead},
+        overhead: links[overhead],
         "tp_layer_overhead_from": "a tiny Linear pair split over 2 processes",
     }
+
+
+def fitted(latency: float, bandwidth: float) -> dict[str, float]:
+    """A link's fit, as its figures are logged (`<link>/latency_s`, ...)."""
+    return {CALIBRATE_LATENCY.leaf: latency, CALIBRATE_BANDWIDTH.leaf: bandwidth}
 
 
 def profile_yaml(m: Mapping[str, Any], base: str) -> str:
     """The profile `base` with what was measured in place of its figures."""
     # Four significant figures: a slow bf16 path (0.00215 TFLOP/s) keeps its precision
-    peaks = "\n".join(f"  {k}: {float(f'{v / 1e12:.4g}')!r}" for k, v in m["matmul_flops"].items())
+    peaks = "\n".join(
+        f"  {k}: {float(f'{v / 1e12:.4g}')!r}" for k, v in m[CALIBRATE_MATMUL.group].items()
+    )
     curves = "\n".join(f"  {k}: {json.dumps(v)}" for k, v in m["gemm_efficiency"].items())
+    threads, fields = m[CALIBRATE_THREADS.name], profile(m)
     return f"""# This host ({m["device"]}), as `python -m runner mode=calibrate` measured it on
-# {time.strftime("%Y-%m-%d")}, on the profile {base}, at {m["threads"]} thread(s) a rank.
+# {time.strftime("%Y-%m-%d")}, on the profile {base}, at {threads} thread(s) a rank.
 # Use it with hardware=calibrated.
 defaults:
   - {base}
@@ -276,18 +321,18 @@ peak_tflops:  # the best square product at each precision
 {peaks}
 gemm_efficiency:  # [n, share of peak] of n x n x n products
 {curves}
-memory_bandwidth_gbs: {m["memory_bandwidth_bytes_s"] / 1e9:.2f}  # a large copy, read and written
-compute_efficiency: {m["products_share"]:.4f}  # the plain step's time in matrix products
-step_overhead_s: {m["step_overhead_s"]:.5f}  # the runner's step less a plain PyTorch loop's
+memory_bandwidth_gbs: {fields["memory_bandwidth_gbs"]:.2f}  # a large copy, read and written
+compute_efficiency: {fields["compute_efficiency"]:.4f}  # the plain step's time in matrix products
+step_overhead_s: {fields["step_overhead_s"]:.5f}  # the runner's step less a plain PyTorch loop's
 """ + (link_yaml(m) if "p2p" in m else "")
 
 
 def link(m: Mapping[str, Any]) -> dict[str, float]:
     """The loopback link as a profile gives it: the slower of all-reduce and P2P."""
+    bandwidth, latency = CALIBRATE_BANDWIDTH.leaf, CALIBRATE_LATENCY.leaf
     return {
-        "bandwidth_gbs": min(m["all_reduce"]["bandwidth_bytes_s"], m["p2p"]["bandwidth_bytes_s"])
-        / 1e9,
-        "latency_us": max(m["all_reduce"]["latency_s"], m["p2p"]["latency_s"]) * 1e6,
+        "bandwidth_gbs": min(m["all_reduce"][bandwidth], m["p2p"][bandwidth]) / 1e9,
+        "latency_us": max(m["all_reduce"][latency], m["p2p"][latency]) * 1e6,
         "efficiency": 1.0,
     }
 
@@ -295,18 +340,18 @@ def link(m: Mapping[str, Any]) -> dict[str, float]:
 def profile(m: Mapping[str, Any]) -> dict[str, Any]:
     """The measured figures, as the planner reads a profile's (a CPU's link included)."""
     out = {
-        "peak_tflops": {k: v / 1e12 for k, v in m["matmul_flops"].items()},
+        "peak_tflops": {k: v / 1e12 for k, v in m[CALIBRATE_MATMUL.group].items()},
         "gemm_efficiency": m["gemm_efficiency"],
-        "memory_bandwidth_gbs": m["memory_bandwidth_bytes_s"] / 1e9,
-        "compute_efficiency": m["products_share"],
-        "step_overhead_s": m["step_overhead_s"],
+        "memory_bandwidth_gbs": m[CALIBRATE_MEMORY_BANDWIDTH.name] / 1e9,
+        "compute_efficiency": m[CALIBRATE_PRODUCTS_SHARE.name],
+        "step_overhead_s": m[CALIBRATE_STEP_OVERHEAD.name],
     }
-    return out | ({"cores": m["cores"], "intra_node": link(m)} if "p2p" in m else {})
+    return out | ({"cores": m[CALIBRATE_CORES.name], "intra_node": link(m)} if "p2p" in m else {})
 
 
 def link_yaml(m: Mapping[str, Any]) -> str:
-    line, overhead_us = link(m), m["tp_layer_overhead_s"] * 1e6
-    return f"""cores: {m["cores"]}  # its processes share them
+    line, overhead_us = link(m), m[CALIBRATE_TP_OVERHEAD.name] * 1e6
+    return f"""cores: {m[CALIBRATE_CORES.name]}  # its processes share them
 tp_layer_overhead_us: {overhead_us:.1f}  # {m["tp_layer_overhead_from"]}
 intra_node:
   name: gloo over loopback (measured)
@@ -319,13 +364,14 @@ intra_node:
 def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    from runner.tracking import flat_metrics, recorded_run
+    from runner.job_run import recorded_run
+    from runner.tracking import flat_metrics
 
     with recorded_run(cfg, choices, overrides) as record:
         measured = measure(cfg, job)
         if "p2p" in measured and splits(job):  # a CPU, and a model that splits over 2
-            split = layer_overhead_s(cfg, job, overrides, profile(measured))
-            measured["tp_layer_overhead_s"] = split
+            split = layer_overhead_s(cfg, job, profile(measured))
+            measured[CALIBRATE_TP_OVERHEAD.name] = split
             measured["tp_layer_overhead_from"] = "the model split over 2 processes, over its plan"
         record.log_metrics(flat_metrics({k: v for k, v in measured.items() if k != "times"}))
         record.client.log_dict(record.run_id, measured, "calibration.json")

@@ -17,6 +17,23 @@ from torch import nn
 
 from runner.job import Job
 from runner.losses import half_mse
+from runner.metrics import (
+    EXAMPLE_DLOSS_DYHAT,
+    EXAMPLE_ERROR_TERM_A,
+    EXAMPLE_ERROR_TERM_B,
+    EXAMPLE_GRAD_W_A1,
+    EXAMPLE_GRAD_W_B1,
+    EXAMPLE_LOSS,
+    EXAMPLE_LOSS_AFTER,
+    EXAMPLE_W_A1_NEW,
+    EXAMPLE_W_B1_NEW,
+    EXAMPLE_Y_HAT,
+    EXAMPLE_Y_HAT_AFTER,
+    EXAMPLE_Y_HAT_RELU,
+    EXAMPLE_Y_HAT_SHIFTED,
+    EXAMPLE_Z,
+    EXAMPLE_Z_SHIFTED,
+)
 
 
 def load_weights(model: nn.Module, weights: Sequence[dict[str, Any]]) -> None:
@@ -37,12 +54,18 @@ def neuron(model: nn.Module, ex: Any) -> dict[str, float]:
     load_weights(model, ex.weights)
     x = torch.tensor([list(ex.inputs)])
     with torch.no_grad():
-        figures = {"z": model.weighted_sum(x).item(), "y_hat": model(x).item()}
+        figures = {
+            EXAMPLE_Z.name: model.weighted_sum(x).item(),
+            EXAMPLE_Y_HAT.name: model(x).item(),
+        }
         relu = type(model)(len(ex.inputs), "relu")  # the same neuron, through ReLU
         load_weights(relu, ex.weights)
-        figures["y_hat_relu"] = relu(x).item()
+        figures[EXAMPLE_Y_HAT_RELU.name] = relu(x).item()
         model.linear.bias.fill_(ex.shifted_bias)
-        figures |= {"z_shifted": model.weighted_sum(x).item(), "y_hat_shifted": model(x).item()}
+        figures |= {
+            EXAMPLE_Z_SHIFTED.name: model.weighted_sum(x).item(),
+            EXAMPLE_Y_HAT_SHIFTED.name: model(x).item(),
+        }
     return figures
 
 
@@ -75,19 +98,25 @@ def backprop(model: nn.Module, ex: Any) -> dict[str, float]:
     loss.backward()
     z_a, z_b = zs
     figures = {
-        "y_hat": y_hat.item(),
-        "loss": loss.item(),
-        "dloss_dyhat": y_hat.grad.item(),
-        "error_term_b": z_b.grad.item(),
-        "error_term_a": z_a.grad.item(),
-        "grad_w_a1": layer_a.weight.grad[0, 0].item(),
-        "grad_w_b1": layer_b.weight.grad[0, 0].item(),
+        EXAMPLE_Y_HAT.name: y_hat.item(),
+        EXAMPLE_LOSS.name: loss.item(),
+        EXAMPLE_DLOSS_DYHAT.name: y_hat.grad.item(),
+        EXAMPLE_ERROR_TERM_B.name: z_b.grad.item(),
+        EXAMPLE_ERROR_TERM_A.name: z_a.grad.item(),
+        EXAMPLE_GRAD_W_A1.name: layer_a.weight.grad[0, 0].item(),
+        EXAMPLE_GRAD_W_B1.name: layer_b.weight.grad[0, 0].item(),
     }
     torch.optim.SGD(model.parameters(), lr=ex.lr).step()  # every weight, biases included
-    figures |= {"w_a1_new": layer_a.weight[0, 0].item(), "w_b1_new": layer_b.weight[0, 0].item()}
+    figures |= {
+        EXAMPLE_W_A1_NEW.name: layer_a.weight[0, 0].item(),
+        EXAMPLE_W_B1_NEW.name: layer_b.weight[0, 0].item(),
+    }
     with torch.no_grad():
         y_after = model(x)
-    figures |= {"y_hat_after": y_after.item(), "loss_after": half_mse(y_after, y).item()}
+    figures |= {
+        EXAMPLE_Y_HAT_AFTER.name: y_after.item(),
+        EXAMPLE_LOSS_AFTER.name: half_mse(y_after, y).item(),
+    }
     return figures
 
 
@@ -102,7 +131,7 @@ def run(
 ) -> dict[str, float]:
     from hydra.utils import instantiate
 
-    from runner.tracking import recorded_run
+    from runner.job_run import recorded_run
 
     with recorded_run(cfg, choices, overrides) as record:
         figures = EXAMPLES[cfg.example.name](instantiate(cfg.model, _convert_="all"), cfg.example)

@@ -16,6 +16,29 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.job import Job
+from runner.metrics import (
+    PLAN_BUBBLE,
+    PLAN_COMM_BYTES_BY_COLLECTIVE,
+    PLAN_COMM_BYTES_PER_STEP,
+    PLAN_COST,
+    PLAN_DEVICE_MEMORY,
+    PLAN_ENERGY,
+    PLAN_FITS,
+    PLAN_HOURS,
+    PLAN_IDLE_FRACTION,
+    PLAN_LOST_COST,
+    PLAN_MEMORY,
+    PLAN_MFU,
+    PLAN_MTBF,
+    PLAN_PARAMS,
+    PLAN_PARAMS_BY_COMPONENT,
+    PLAN_SNAPSHOT_INTERVAL,
+    PLAN_STEP_TIME,
+    PLAN_TIME_BY_PART,
+    PLAN_TOKENS_PER_S,
+    PLAN_WASTE,
+    PLAN_WORLD_SIZE,
+)
 from runner.planner import plan
 from runner.planner.memory import largest_layer_gib
 from runner.units import size
@@ -26,17 +49,21 @@ def model_sizes(job: Job) -> dict[str, Any]:
     """Parameters in all and by component, from the model's spec (the tests check each spec's
     formulas against the module built, GPT-3 on the meta device)."""
     by_component = job.spec.params_by_component(job.model)
-    return {"params_total": sum(by_component.values()), "params_by_component": by_component}
+    return {
+        PLAN_PARAMS.name: sum(by_component.values()),
+        PLAN_PARAMS_BY_COMPONENT.group: by_component,
+    }
 
 
 def figures(cfg: DictConfig, job: Job) -> dict[str, Any]:
     out = model_sizes(job) | plan(job)
     memory = job.hardware.memory_gib or host_memory_gib()
-    out["memory_per_device_gib"] = memory
-    out["fits"] = out["mem_per_device_gib"]["total"] <= memory
-    if not out["fits"]:  # the step cannot run at all: memory bounds it before time does
+    need = out[PLAN_MEMORY.group]["total"]
+    out[PLAN_DEVICE_MEMORY.name] = memory
+    out[PLAN_FITS.name] = need <= memory
+    if not out[PLAN_FITS.name]:  # the step cannot run at all: memory bounds it before time does
         out["bound"] = "memory"
-        out["to_fit"] = to_fit(job, out["mem_per_device_gib"]["total"], memory)
+        out["to_fit"] = to_fit(job, need, memory)
     return out
 
 
@@ -55,30 +82,33 @@ def to_fit(job: Job, need: float, have: float) -> str:
 
 
 def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
-    mem, comm, snap = out["mem_per_device_gib"], out["comm_bytes_per_step"], out["snapshots"]
+    mem, comm = out[PLAN_MEMORY.group], out[PLAN_COMM_BYTES_PER_STEP.group]
+    snap, step = out[PLAN_MTBF.group], out[PLAN_STEP_TIME.name]
     p = cfg.parallel
     rows = [
-        ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp} = {out['world_size']} devices"),
-        ("parameters", f"{out['params_total']:,} ({_parts(out['params_by_component'])})"),
-        ("memory / device", f"{mem['total']:,.2f} GiB of {out['memory_per_device_gib']:,.0f}"
-         f" ({'fits' if out['fits'] else 'DOES NOT FIT'}): weights {mem['weights']:,.2f},"
+        ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp} = {out[PLAN_WORLD_SIZE.name]} devices"),
+        ("parameters", f"{out[PLAN_PARAMS.name]:,}"
+         f" ({_parts(out[PLAN_PARAMS_BY_COMPONENT.group])})"),
+        ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f}"
+         f" ({'fits' if out[PLAN_FITS.name] else 'DOES NOT FIT'}): weights {mem['weights']:,.2f},"
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),
         ("bytes / step / rank", ", ".join(f"{d} {size(comm[d])}" for d in ("dp", "tp", "pp"))
-         + _collectives(out["comm_bytes_by_collective"])),
-        ("bubble", f"{out['bubble_fraction']:.3f}"),
-        ("step time", f"{out['step_time_s']:.4g} s (idle {out['idle_fraction']:.1%}): "
-         + _shares(out["time_by_part_s"], out["step_time_s"])),
+         + _collectives(out[PLAN_COMM_BYTES_BY_COLLECTIVE.group])),
+        ("bubble", f"{out[PLAN_BUBBLE.name]:.3f}"),
+        ("step time", f"{step:.4g} s (idle {out[PLAN_IDLE_FRACTION.name]:.1%}): "
+         + _shares(out[PLAN_TIME_BY_PART.group], step)),
         *([("to fit", out["to_fit"])] if "to_fit" in out else []),
         ("bound by", out["bound"]),
-        ("throughput", f"{out['tokens_per_s']:,.0f} tokens/s, MFU {out['mfu']:.1%}"),
-        ("duration", f"{out['hours']:,.1f} h"),
-        ("energy", f"{out['energy_kwh']:,.0f} kWh"),
-        ("cost", f"${out['cost_usd']:,.0f}"),
-        ("snapshots", f"every {snap['snapshot_interval_s'] / 60:,.0f} min (the job fails every"
-         f" {snap['job_mtbf_hours']:,.1f} h; expected loss {snap['expected_waste_fraction']:.1%}"
-         f", ${snap['expected_lost_cost_usd']:,.0f})"),
+        ("throughput", f"{out[PLAN_TOKENS_PER_S.name]:,.0f} tokens/s,"
+         f" MFU {out[PLAN_MFU.name]:.1%}"),
+        ("duration", f"{out[PLAN_HOURS.name]:,.1f} h"),
+        ("energy", f"{out[PLAN_ENERGY.name]:,.0f} kWh"),
+        ("cost", f"${out[PLAN_COST.name]:,.0f}"),
+        ("snapshots", f"every {snap[PLAN_SNAPSHOT_INTERVAL.leaf] / 60:,.0f} min (the job fails"
+         f" every {snap[PLAN_MTBF.leaf]:,.1f} h; expected loss {snap[PLAN_WASTE.leaf]:.1%}"
+         f", ${snap[PLAN_LOST_COST.leaf]:,.0f})"),
     ]  # fmt: skip
     return "\n".join(f"{name:>20}  {value}" for name, value in rows)
 
@@ -108,11 +138,12 @@ def run(
     print(table(cfg, out), flush=True)
     if cfg.plan.json:
         print(json.dumps(out), flush=True)
-    from runner.tracking import flat_metrics, recorded_run
+    from runner.job_run import recorded_run
+    from runner.tracking import flat_metrics
 
     with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:
         record.log_metrics(flat_metrics(out))
-        record.client.set_tag(record.run_id, "fits", "yes" if out["fits"] else "no")
+        record.client.set_tag(record.run_id, "fits", "yes" if out[PLAN_FITS.name] else "no")
         record.client.set_tag(record.run_id, "bound", out["bound"])
         record.client.log_dict(record.run_id, out, "plan.json")
     return out

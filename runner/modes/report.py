@@ -19,25 +19,38 @@ from scipy.stats import spearmanr
 
 from runner.errors import ConfigError
 from runner.job import Job
-from runner.tracking import experiment_id
+from runner.metrics import (
+    BUBBLE_MEASURED,
+    COMM_BYTES_PER_STEP,
+    IDLE_FRACTION,
+    MFU,
+    PEAK_MEMORY,
+    REPORT_ERROR,
+    REPORT_RUNS,
+    REPORT_SPEARMAN,
+    STEP_TIME,
+    prediction,
+)
+from runner.tracking import client_of, experiment_id
 
 # measured metric -> its prediction
 FIGURES = {
-    "step_time_s": "pred/step_time_s",
-    "peak_memory_gib": "pred/peak_memory_gib",
-    "mfu": "pred/mfu",
-    "idle_fraction": "pred/idle_fraction",
-    "bubble_fraction_measured": "bubble_fraction_theory",
-    "comm_bytes_per_step/dp": "pred/comm_bytes_per_step/dp",
-    "comm_bytes_per_step/tp": "pred/comm_bytes_per_step/tp",
-    "comm_bytes_per_step/pp": "pred/comm_bytes_per_step/pp",
+    key: prediction(key)
+    for key in (
+        STEP_TIME.name,
+        PEAK_MEMORY.name,
+        MFU.name,
+        IDLE_FRACTION.name,
+        BUBBLE_MEASURED.name,
+        *(COMM_BYTES_PER_STEP.at(dim=dim) for dim in ("dp", "tp", "pp")),
+    )
 }
 # The figures ranked, tabled and drawn: measured metric -> (table heading, axis label). Step time
 # says which layout is fastest, peak memory which fit; every training run has step time (it is
 # what makes a run comparable), an older one may lack memory.
 COMPARED = {
-    "step_time_s": ("step s", "step time (s)"),
-    "peak_memory_gib": ("peak GiB", "peak memory (GiB)"),
+    STEP_TIME.name: ("step s", "step time (s)"),
+    PEAK_MEMORY.name: ("peak GiB", "peak memory (GiB)"),
 }
 Pair = tuple[MlflowRun, float, float]  # a run, its measured figure and the prediction
 
@@ -82,7 +95,7 @@ def training_runs(
         r
         for r in runs
         if r.data.tags.get("mode") == "train"
-        and {"step_time_s", "pred/step_time_s"} <= r.data.metrics.keys()
+        and {STEP_TIME.name, prediction(STEP_TIME.name)} <= r.data.metrics.keys()
     ]
     return sorted(trained, key=lambda r: r.info.start_time), runs
 
@@ -110,14 +123,14 @@ def errors(runs: list[MlflowRun]) -> dict[str, list[float]]:
 
 
 def summary(runs: list[MlflowRun]) -> dict[str, float]:
-    out = {f"median_abs_error/{k}": median(abs(e) for e in v) for k, v in errors(runs).items()}
+    out = {REPORT_ERROR.at(figure=k): median(abs(e) for e in v) for k, v in errors(runs).items()}
     for figure in COMPARED:
         measured, predicted = sides(pairs(runs, figure))
         # A rank correlation needs 2 runs, and is undefined where either side is all one value
         # (a sweep of data-parallel widths predicts the same memory for each).
         if len(set(measured)) > 1 and len(set(predicted)) > 1:
-            out[f"spearman/{figure}"] = float(spearmanr(predicted, measured).statistic)
-    out["runs"] = float(len(runs))
+            out[REPORT_SPEARMAN.at(figure=figure)] = float(spearmanr(predicted, measured).statistic)
+    out[REPORT_RUNS.name] = float(len(runs))
     return out
 
 
@@ -148,9 +161,9 @@ def table(runs: list[MlflowRun], result: Mapping[str, float]) -> str:
 
 
 def title(figure: str, runs: int, result: Mapping[str, float]) -> str:
-    rank = result.get(f"spearman/{figure}")  # none from fewer than 2 runs
+    rank = result.get(REPORT_SPEARMAN.at(figure=figure))  # none from fewer than 2 runs
     ranked = "" if rank is None else f", Spearman {rank:.2f}"
-    return f"median |error| {result[f'median_abs_error/{figure}']:.0%}{ranked}, {runs} runs"
+    return f"median |error| {result[REPORT_ERROR.at(figure=figure)]:.0%}{ranked}, {runs} runs"
 
 
 def panel(ax: Axes, runs: list[MlflowRun], figure: str, result: Mapping[str, float]) -> None:
@@ -185,9 +198,9 @@ def picture(runs: list[MlflowRun], result: Mapping[str, float]) -> Figure:
 def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    from runner.tracking import recorded_run
+    from runner.job_run import recorded_run
 
-    client = MlflowClient(cfg.logger.tracking_uri)
+    client = client_of(cfg.logger.tracking_uri)
     sweep, runs = sweep_runs(client, cfg)
     result = summary(runs)
     name = client.get_run(sweep).info.run_name

@@ -1,36 +1,36 @@
 """mode=calibrate's measure of DTensor's cost per split layer, on the configured model itself.
 
-The runner trains the model split over two processes (parallel.tp=2, a few steps, into a store of
-its own) and reads the step time it measured; the planner, with the profile just measured and no
-per-layer cost, plans the same job; what the measurement exceeds that by, per split layer and
-micro-batch, is `tp_layer_overhead_us`. A tiny Linear pair timed apart measured 0.56-0.64 ms a
-layer here, where the default decoder's split blocks cost about 3 ms a layer more than their
-matrix products and all-reduces (its attention's views, SDPA and the vocabulary's loss on
-DTensors): a tensor-parallel run took 36 % longer than planned.
+The runner trains the model split over two processes (parallel.tp=2, a few steps, launched from
+this process as any job of two is, recorded nowhere) and reads the step time it measured; the
+planner, with the profile just measured and no per-layer cost, plans the same job; what the
+measurement exceeds that by, per split layer and micro-batch, is `tp_layer_overhead_us`. A tiny
+Linear pair timed apart measured 0.56-0.64 ms a layer here, where the default decoder's split
+blocks cost about 3 ms a layer more than their matrix products and all-reduces (its attention's
+views, SDPA and the vocabulary's loss on DTensors): a tensor-parallel run took 36 % longer than
+planned.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from runner.config import HardwareConfig
+from runner.cluster import bind_gloo_to_loopback
+from runner.config import HardwareConfig, ParallelConfig
 from runner.errors import ConfigError
+from runner.fork_server import start_fork_server
 from runner.job import Job, typed
+from runner.launch import spawn
 from runner.layouts import traffic
 from runner.mesh import Mesh
+from runner.metrics import STEP_TIME
 from runner.planner.hardware import software_stretch
 from runner.planner.timing import split_layer_passes, step_time
+from runner.validate import check, resolve_mesh
 
-STEPS = ["trainer.max_steps=10", "trainer.warmup_steps=3", "trainer.val_batches=0"]
-QUIET = ["trainer.progress_bar=false", "hydra.run.dir=.", "hydra.output_subdir=null"]
+STEPS = {"max_steps": 10, "warmup_steps": 3, "val_batches": 0, "progress_bar": False}
 
 
 def splits(job: Job) -> bool:
@@ -41,25 +41,24 @@ def splits(job: Job) -> bool:
     return True
 
 
-def measured_step_s(overrides: list[str]) -> float:
-    """The runner's step time of the job split over two processes, trained in a temporary
-    folder and store (nothing is written where the user works)."""
-    keep = [o for o in overrides if not o.startswith(("mode=", "parallel", "hardware.devices"))]
-    with tempfile.TemporaryDirectory() as tmp:
-        store = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
-        args = [*keep, "mode=train", "parallel=tensor", "hardware.devices=2", *STEPS, *QUIET]
-        done = subprocess.run(
-            [sys.executable, "-m", "runner", *args, f"logger.tracking_uri={store}"],
-            cwd=tmp,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode:
-            raise RuntimeError(f"the tensor-parallel step failed:\n{done.stderr[-2000:]}")
-        client = MlflowClient(store)
-        (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-        return run.data.metrics["step_time_s"]
+def split_config(cfg: DictConfig) -> DictConfig:
+    """The calibrated job as `parallel=tensor hardware.devices=2` gives it, a few steps, no
+    snapshot: the layout's other settings at their defaults."""
+    layout = OmegaConf.structured(ParallelConfig(dp=1, pp=1, tp=2, microbatches=1))
+    split = OmegaConf.merge(cfg, {"mode": "train", "trainer": STEPS, "hardware": {"devices": 2}})
+    split.parallel = layout
+    split.checkpoint.every_n_steps = 0
+    check(split, resolve_mesh(split))
+    return split
+
+
+def measured_step_s(cfg: DictConfig) -> float:
+    """The runner's step time of the job split over two processes, launched from this process as
+    any job of two is (runner/launch.py) and recorded nowhere: no MLflow run, no snapshot."""
+    resolved = OmegaConf.to_container(split_config(cfg), resolve=True)
+    bind_gloo_to_loopback()
+    start_fork_server()
+    return spawn(resolved, 2)[STEP_TIME.name]
 
 
 def split_job(job: Job, cfg: DictConfig, profile: dict[str, Any]) -> Job:
@@ -74,9 +73,9 @@ def split_job(job: Job, cfg: DictConfig, profile: dict[str, Any]) -> Job:
     )
 
 
-def layer_overhead_s(cfg: DictConfig, job: Job, overrides: list[str], profile: dict) -> float:
+def layer_overhead_s(cfg: DictConfig, job: Job, profile: dict) -> float:
     """Seconds per split layer and micro-batch that the measured split step exceeds the plan by."""
     split = split_job(job, cfg, profile)
     planned = step_time(split, traffic(split)).total_s
     passes = split_layer_passes(split) * software_stretch(split.hardware)
-    return max(0.0, measured_step_s(overrides) - planned) / passes
+    return max(0.0, measured_step_s(cfg) - planned) / passes

@@ -14,23 +14,30 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.cluster import exit_on_sigterm, external_launcher, global_rank, world_size
-from runner.job import Job
-from runner.launch import (
+from runner.cluster import (
     LOOPBACK,
     bind_gloo_to_loopback,
-    in_process,
-    rank_main,
-    spawn,
-    start_fork_server,
+    exit_on_sigterm,
+    external_launcher,
+    global_rank,
+    world_size,
 )
-from runner.tracking import recorded_run
+from runner.fork_server import start_fork_server
+from runner.job import Job
 
 
 def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, float]:
     world = world_size(cfg)
+    launches = world > 1 and external_launcher() is None
+    if launches:  # first: the server's imports overlap this process's own, below
+        bind_gloo_to_loopback()
+        start_fork_server()
+    # MLflow and torch: seconds, after the server has started
+    from runner.job_run import recorded_run
+    from runner.launch import in_process, rank_main, spawn
+
     resumed, resume = None, None
     if cfg.resume:
         from runner.snapshots import find  # imports torch: only when a snapshot is wanted
@@ -43,9 +50,7 @@ def run(
             print(f"resume=auto: no snapshot under {cfg.checkpoint.dir} yet, a new run", flush=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
-    if world > 1 and external_launcher() is None:
-        bind_gloo_to_loopback()
-        start_fork_server()
+    if launches:
         with recorded_run(cfg, choices, overrides, world, resumed) as record:
             return spawn(resolved, world, record, resume)
     if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):

@@ -12,6 +12,34 @@ from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import ring_allreduce_bytes
+from runner.metrics import (
+    BUBBLE_THEORY,
+    COMM_BUSBW,
+    COMM_BYTES_BY_COLLECTIVE,
+    COMM_BYTES_PER_STEP,
+    IDLE_FRACTION,
+    MFU,
+    PEAK_MEMORY,
+    PLAN_BUBBLE,
+    PLAN_COMM_BYTES_BY_COLLECTIVE,
+    PLAN_COMM_BYTES_PER_STEP,
+    PLAN_COMM_HIDDEN,
+    PLAN_COMM_TIME,
+    PLAN_COST,
+    PLAN_ENERGY,
+    PLAN_HOURS,
+    PLAN_IDLE_FRACTION,
+    PLAN_MEMORY,
+    PLAN_MFU,
+    PLAN_MTBF,
+    PLAN_STEP_TIME,
+    PLAN_TIME_BY_PART,
+    PLAN_TOKENS_PER_S,
+    PLAN_WORLD_SIZE,
+    PRED_RING_BYTES,
+    STEP_TIME,
+    prediction,
+)
 from runner.planner.failures import energy_kwh, snapshot_plan
 from runner.planner.hardware import device_share, tier
 from runner.planner.memory import memory_per_device_gib
@@ -36,23 +64,24 @@ def predict(job: Job) -> dict[str, float]:
     mesh, moved = job.mesh, traffic(job)
     time = step_time(job, moved)
     out = {
-        "pred/step_time_s": time.total_s,
-        "pred/mfu": mfu(job, time.total_s),
-        "pred/peak_memory_gib": memory_per_device_gib(job)["total"],
+        prediction(STEP_TIME.name): time.total_s,
+        prediction(MFU.name): mfu(job, time.total_s),
+        prediction(PEAK_MEMORY.name): memory_per_device_gib(job)["total"],
     }
     if mesh.world < 2:
         return out
-    out["pred/idle_fraction"] = time.idle_fraction
+    out[prediction(IDLE_FRACTION.name)] = time.idle_fraction
     for dim, payload in moved.payload.items():
-        out[f"pred/comm_bytes_per_step/{dim}"] = payload
+        out[prediction(COMM_BYTES_PER_STEP.at(dim=dim))] = payload
         link = tier(job.hardware, mesh, dim)  # what a transfer reaches on it: its bus bandwidth
-        out[f"pred/comm_busbw_gbs/{dim}"] = link.bandwidth_gbs * link.efficiency
+        out[prediction(COMM_BUSBW.at(dim=dim))] = link.bandwidth_gbs * link.efficiency
     for key, payload in moved.by_collective.items():  # sharded dp: "dp/all_gather" and the like
-        out[f"pred/comm_bytes_per_step/{key}"] = payload
+        collective = key.split("/")[1]
+        out[prediction(COMM_BYTES_BY_COLLECTIVE.at(collective=collective))] = payload
     if "dp" in moved.payload:  # a ring's bytes on each rank's link, each collective as it runs
-        out["pred/ring_bytes_per_step/dp"] = dp_wire_bytes(job, moved)
+        out[PRED_RING_BYTES.name] = dp_wire_bytes(job, moved)
     if mesh.pp > 1:
-        out["bubble_fraction_theory"] = pipeline_bubble(job)
+        out[BUBBLE_THEORY.name] = pipeline_bubble(job)
     return out
 
 
@@ -64,24 +93,25 @@ def plan(job: Job) -> dict[str, Any]:
     tokens_per_s = job.batch_size / time.total_s * job.tokens_per_sample
     hours = duration_hours(settings, tokens_per_s, job.trainer.max_steps * time.total_s)
     energy = energy_kwh(hw, mesh.world, hours * 3600)
+    # Nested figures are logged flattened: {"comm_time_s": {"dp": ...}} as comm_time_s/dp.
     return {
-        "world_size": mesh.world,
-        "mem_per_device_gib": memory_per_device_gib(job),
-        "comm_bytes_per_step": {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
-        "comm_bytes_by_collective": dict(moved.by_collective),  # sharded dp's (parallel.shard)
-        "comm_time_s": {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
-        "comm_hidden_s": {d: time.hidden_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
-        "time_by_part_s": time.parts,
-        "bound": time.bound,
-        "bubble_fraction": pipeline_bubble(job),
-        "step_time_s": time.total_s,
-        "idle_fraction": time.idle_fraction,
-        "tokens_per_s": tokens_per_s,
-        "mfu": mfu(job, time.total_s),
-        "hours": hours,
-        "energy_kwh": energy,
-        "cost_usd": energy * hw.usd_per_kwh,
-        "snapshots": snapshot_plan(settings, mesh.world, energy * hw.usd_per_kwh),
+        PLAN_WORLD_SIZE.name: mesh.world,
+        PLAN_MEMORY.group: memory_per_device_gib(job),
+        PLAN_COMM_BYTES_PER_STEP.group: {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        PLAN_COMM_BYTES_BY_COLLECTIVE.group: dict(moved.by_collective),  # sharded dp's
+        PLAN_COMM_TIME.group: {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        PLAN_COMM_HIDDEN.group: {d: time.hidden_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        PLAN_TIME_BY_PART.group: time.parts,
+        "bound": time.bound,  # words: printed and tagged, not logged as a metric
+        PLAN_BUBBLE.name: pipeline_bubble(job),
+        PLAN_STEP_TIME.name: time.total_s,
+        PLAN_IDLE_FRACTION.name: time.idle_fraction,
+        PLAN_TOKENS_PER_S.name: tokens_per_s,
+        PLAN_MFU.name: mfu(job, time.total_s),
+        PLAN_HOURS.name: hours,
+        PLAN_ENERGY.name: energy,
+        PLAN_COST.name: energy * hw.usd_per_kwh,
+        PLAN_MTBF.group: snapshot_plan(settings, mesh.world, energy * hw.usd_per_kwh),
     }
 
 

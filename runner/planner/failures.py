@@ -14,6 +14,19 @@ from __future__ import annotations
 import math
 
 from runner.config import HardwareConfig, PlanConfig
+from runner.metrics import (
+    COST,
+    ENERGY,
+    LOST_COST,
+    LOST_ENERGY,
+    LOST_STEPS,
+    LOST_TIME,
+    PLAN_LOST_COST,
+    PLAN_MTBF,
+    PLAN_SNAPSHOT_INTERVAL,
+    PLAN_WASTE,
+    Metric,
+)
 from runner.planner.hardware import power_per_device_w
 
 
@@ -22,17 +35,21 @@ def energy_kwh(hw: HardwareConfig, world: int, seconds: float) -> float:
     return world * power_per_device_w(hw) * hw.pue * seconds / 3.6e6
 
 
-def priced(hw: HardwareConfig, world: int, seconds: float, prefix: str = "") -> dict[str, float]:
-    """Energy and cost of the job's devices for that long: `energy_kwh`, `cost_usd`."""
+def priced(
+    hw: HardwareConfig, world: int, seconds: float, names: tuple[Metric, Metric] = (ENERGY, COST)
+) -> dict[str, float]:
+    """Energy and cost of the job's devices for that long, under `names`: `energy_kwh`,
+    `cost_usd` by default."""
     kwh = energy_kwh(hw, world, seconds)
-    return {f"{prefix}energy_kwh": kwh, f"{prefix}cost_usd": kwh * hw.usd_per_kwh}
+    energy, cost = names
+    return {energy.name: kwh, cost.name: kwh * hw.usd_per_kwh}
 
 
 def lost_work(hw: HardwareConfig, world: int, steps: int, seconds: float) -> dict[str, float]:
     """Work a failure throws away: everything since the last snapshot (without one, since the
     start), priced as the devices' time it took."""
-    return {"lost_steps": float(steps), "lost_time_s": seconds} | priced(
-        hw, world, seconds, "lost_"
+    return {LOST_STEPS.name: float(steps), LOST_TIME.name: seconds} | priced(
+        hw, world, seconds, (LOST_ENERGY, LOST_COST)
     )
 
 
@@ -50,9 +67,9 @@ def snapshot_plan(plan: PlanConfig, world: int, cost_usd: float) -> dict[str, fl
     write_s = plan.snapshot_write_s
     interval = snapshot_interval_s(write_s, mtbf_s)
     waste = waste_fraction(interval, write_s, mtbf_s)
-    return {
-        "job_mtbf_hours": mtbf_s / 3600,
-        "snapshot_interval_s": interval,
-        "expected_waste_fraction": waste,
-        "expected_lost_cost_usd": waste * cost_usd,
+    return {  # the plan's figures under `snapshots`
+        PLAN_MTBF.leaf: mtbf_s / 3600,
+        PLAN_SNAPSHOT_INTERVAL.leaf: interval,
+        PLAN_WASTE.leaf: waste,
+        PLAN_LOST_COST.leaf: waste * cost_usd,
     }

@@ -9,6 +9,7 @@ from torch import nn
 
 from runner import preemption
 from runner.losses import LOSSES, on_shards, replicated, sharded
+from runner.metrics import TRAIN_LOSS, VAL_LOSS
 from runner.optimizers import OPTIMIZERS, options
 
 
@@ -64,11 +65,11 @@ class TrainModule(pl.LightningModule):
         if self.global_loss is not None:
             (loss, stop), self.global_loss = self.global_loss(), None
             self.stop_agreed = stop  # > 0 on every rank alike: read after the step (a tensor)
-            self.log("train_loss", loss, on_step=True, on_epoch=False, prog_bar=True)
+            self.log(TRAIN_LOSS.name, loss, on_step=True, on_epoch=False, prog_bar=True)
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> None:
         loss = self.loss(*batch)
-        self.log("val_loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
+        self.log(VAL_LOSS.name, loss, on_epoch=True, prog_bar=True, sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         params = list(self.model.parameters())

@@ -28,9 +28,12 @@ from runner.allocator import keep_freed_memory
 from runner.cluster import exit_on_sigterm, global_rank, world_size
 from runner.compat.lightning import replace_sigterm_handling
 from runner.compat.process_group import set_default_timeout
+from runner.config.logger import store_uri
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
+from runner.layouts.strategy import strategy
 from runner.mesh import mesh_of
+from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
 from runner.models.recompute import recompute
 from runner.models.registry import spec_for
 from runner.planner.failures import priced
@@ -39,7 +42,7 @@ from runner.snapshots import Snapshots
 from runner.threads import this_rank_threads
 from runner.training.callbacks.faults import FaultInjection, Progress
 from runner.training.callbacks.progress_bar import ProgressBar
-from runner.training.callbacks.rank_timing import LoopTiming, RankTiming, combine
+from runner.training.callbacks.rank_timing import LOOP_TIME, LoopTiming, RankTiming, combine
 from runner.training.module import TrainModule
 from runner.validate import ConfigError
 
@@ -155,8 +158,9 @@ def build_trainer(
     resume: tuple[str, int] | None = None,
 ) -> pl.Trainer:
     t, (folder, start) = cfg.trainer, resume or (None, 0)
+    uri = store_uri(cfg.logger.tracking_uri)
     logger = (  # only rank 0 logs: the others need no MLflow client (seconds of imports)
-        StepLogger(tracking_uri=cfg.logger.tracking_uri, run_id=run_id, step_offset=start)
+        StepLogger(tracking_uri=uri, run_id=run_id, step_offset=start)
         if run_id and global_rank() == 0
         else False
     )
@@ -166,7 +170,7 @@ def build_trainer(
         accelerator=cfg.hardware.accelerator,
         devices=cfg.hardware.devices,
         num_nodes=cfg.hardware.nodes,
-        strategy=layouts.strategy(cfg),
+        strategy=strategy(cfg),
         precision=t.precision,  # Lightning's autocast (runner/precision.py)
         use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
         max_steps=t.max_steps - start,
@@ -220,13 +224,11 @@ def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> 
     sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
     figures = combine([rank["figures"] for rank in timing.gathered], sizes)
     # Throughput from the loop's whole interval: data loading and logging count, validation not.
-    loop = figures.pop("loop_time_s", None)
+    loop = figures.pop(LOOP_TIME, None)
     if loop:
-        figures["throughput_samples_per_s"] = cfg.data.batch_size / loop
+        figures[THROUGHPUT.name] = cfg.data.batch_size / loop
         if tokens_per_sample:
-            figures["throughput_tokens_per_s"] = (
-                figures["throughput_samples_per_s"] * tokens_per_sample
-            )
+            figures[TOKEN_THROUGHPUT.name] = figures[THROUGHPUT.name] * tokens_per_sample
     return figures
 
 
@@ -266,8 +268,8 @@ def train(
     start = time.perf_counter()
     trainer.fit(module, train_loader, val_loader)
     figures = run_figures(cfg, timing, splits.tokens_per_sample)
-    figures["train_time_s"] = time.perf_counter() - start
-    figures |= priced(cfg.hardware, world_size(cfg), figures["train_time_s"])
+    figures[TRAIN_TIME.name] = time.perf_counter() - start
+    figures |= priced(cfg.hardware, world_size(cfg), figures[TRAIN_TIME.name])
     if run_id and trainer.global_rank == 0:
         from runner.training.record import record_training
 

@@ -6,16 +6,16 @@ import os
 import sys
 from typing import Any
 
-from mlflow import MlflowClient
 from omegaconf import DictConfig
 
 from runner.cluster import world_size
 from runner.job import Job, resolve_job
 from runner.layouts.pipeline import step_table
 from runner.mesh import mesh_of
+from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, MFU, STEP_TIME, THROUGHPUT
 from runner.pictures import Span, rank_timeline
 from runner.planner import mfu, predict
-from runner.tracking import Run
+from runner.tracking import Run, client_of
 from runner.training.sampled_profile import merged_trace
 
 
@@ -45,7 +45,7 @@ def chrome_trace(spans_by_rank: list[list[list[Span]]]) -> dict[str, Any]:
 def record_training(
     cfg: DictConfig, run_id: str, figures: dict[str, float], gathered: list[dict[str, Any]]
 ) -> None:
-    run = Run(MlflowClient(cfg.logger.tracking_uri), run_id)
+    run = Run(client_of(cfg.logger.tracking_uri), run_id)
     world = world_size(cfg)
     job = resolve_job(cfg)  # None for a model of the user's: nothing predicted
     if job is not None:
@@ -72,10 +72,10 @@ def record_training(
 
 def measured_mfu(job: Job, figures: dict[str, float]) -> dict[str, float]:
     """MFU from the measured step time; with trainer.measure=false, from the loop's interval."""
-    step = figures.get("step_time_s")
-    if step is None and figures.get("throughput_samples_per_s"):
-        step = job.batch_size / figures["throughput_samples_per_s"]
-    return {"mfu": mfu(job, step)} if step else {}
+    step = figures.get(STEP_TIME.name)
+    if step is None and figures.get(THROUGHPUT.name):
+        step = job.batch_size / figures[THROUGHPUT.name]
+    return {MFU.name: mfu(job, step)} if step else {}
 
 
 def record_pipeline(
@@ -93,7 +93,7 @@ def record_pipeline(
 
 
 def bubble_note(figures: dict[str, float], world: int) -> str:
-    theory, measured = figures["bubble_fraction_theory"], figures["bubble_fraction_measured"]
+    theory, measured = figures[BUBBLE_THEORY.name], figures[BUBBLE_MEASURED.name]
     note = f"Bubble: theory {theory:.3f}, measured {measured:.3f}."
     cores = len(os.sched_getaffinity(0))
     if measured - theory > 0.1:

@@ -27,14 +27,15 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from runner.intervals import Interval, clipped, overlap_s, union_s
+from runner.metrics import (
+    COMM_OVERLAP_FRACTION,
+    DEVICE_COMM_FRACTION,
+    DEVICE_COMPUTE_FRACTION,
+    DEVICE_IDLE_FRACTION,
+    PROFILED,
+)
 
 STEP = "runner: profiled step"
-FRACTIONS = (
-    "device_idle_fraction",
-    "device_compute_fraction",
-    "device_comm_fraction",
-    "comm_overlap_fraction",
-)
 
 
 def breakdown(window: Interval, compute: list[Interval], comm: list[Interval]) -> dict[str, float]:
@@ -43,10 +44,10 @@ def breakdown(window: Interval, compute: list[Interval], comm: list[Interval]) -
     step = window[1] - window[0]
     comm_s = union_s(comm)
     return {
-        "device_idle_fraction": 1 - union_s(compute + comm) / step,
-        "device_compute_fraction": union_s(compute) / step,
-        "device_comm_fraction": comm_s / step,
-        "comm_overlap_fraction": overlap_s(comm, compute) / comm_s if comm_s else 0.0,
+        DEVICE_IDLE_FRACTION.name: 1 - union_s(compute + comm) / step,
+        DEVICE_COMPUTE_FRACTION.name: union_s(compute) / step,
+        DEVICE_COMM_FRACTION.name: comm_s / step,
+        COMM_OVERLAP_FRACTION.name: overlap_s(comm, compute) / comm_s if comm_s else 0.0,
     }
 
 
@@ -111,7 +112,7 @@ class SampledProfile:
     def summary(self) -> dict[str, float]:
         if not self.found:
             return {}
-        return {k: fmean(f[k] for f in self.found) for k in FRACTIONS}
+        return {fig.name: fmean(f[fig.name] for f in self.found) for fig in PROFILED}
 
 
 def merged_trace(traces: list[dict[str, Any] | None]) -> dict[str, Any]:

@@ -1,20 +1,19 @@
 """Data parallelism through Lightning's DDP: whole model per rank, gradients all-reduced."""
 
-from collections.abc import Callable
-
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 
-from runner.layouts import backend, timeout
 from runner.layouts.data.probe import hook_buckets
-from runner.layouts.probes import Transfer
+from runner.layouts.layout import Layout
+from runner.layouts.probes import Recorder
+from runner.layouts.process_group import backend, timeout
 from runner.mesh import Mesh
 
 
-class DataStrategy(DDPStrategy):
+class DataStrategy(DDPStrategy, Layout):
     """Lightning's DDP, and the probe on its gradient buckets."""
 
-    def install_probes(self, record: Callable[[Transfer], None]) -> None:
+    def install_probes(self, record: Recorder) -> None:
         hook_buckets(self.model, record)
 
 

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor
 from runner import clock, preemption
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
-from runner.layouts import backend, timeout
+from runner.layouts.mesh_strategy import MeshStrategy
 from runner.layouts.pipeline.probe import PipelineTrace
 from runner.layouts.pipeline.stages import (
     SCHEDULES,
@@ -40,9 +40,10 @@ from runner.layouts.pipeline.stages import (
     with_dtypes,
 )
 from runner.layouts.probes import Schedule, Transfer
-from runner.layouts.tensor.strategy import MeshStrategy
+from runner.layouts.process_group import backend, timeout
 from runner.losses import on_shards
 from runner.mesh import Mesh
+from runner.metrics import TRAIN_LOSS, VAL_LOSS
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
 from runner.models.spec import ModelSpec
@@ -73,14 +74,15 @@ class PipelineStrategy(MeshStrategy):
         # What stages hand each other: what the model's layers do (its spec says)
         self.between = torch.float32 if spec.fp32_stream else activations
         self.trace = PipelineTrace()
-        self.last_schedule: Schedule | None = None  # the last step's record, for RankTiming
+        self.schedule_record: Schedule | None = None  # the last step's, for the timing
 
     # --- where DDP would wrap the model: split it and build the schedule ---
     def configure_ddp(self) -> None:
         module = self.lightning_module
         module.automatic_optimization = False  # the schedule runs forward and backward
         full, n_stages, pp = module.model, len(self.layers), self.shape.pp
-        self.unit_list = self.units(full)
+        if self.sharding is not None:
+            self.sharding.find_units(full)
         self.stage_ids = stages_of(self.coords["pp"], pp, self.virtual)
         parts = [
             self.split_layers(stage_module(self.spec, full, s, self.layers)) for s in self.stage_ids
@@ -104,6 +106,20 @@ class PipelineStrategy(MeshStrategy):
         self.last_pp = (n_stages - 1) % pp  # the pp index of the rank holding the last stage
         # One stage (gradient accumulation) holds the tied weight once: nothing to sum.
         self.tied = self._tied_group() if self.spec.tied_ends and n_stages > 1 else None
+
+    # --- the layout's answers (runner/layouts/layout.py) ---
+    def last_schedule(self) -> Schedule | None:
+        return self.schedule_record
+
+    def state_module(self, model: nn.Module) -> nn.Module:
+        """Ranks hold different stages under the same module names: keyed by stage."""
+        return nn.ModuleDict(
+            {f"stage{s}": part for s, part in zip(self.stage_ids, model, strict=True)}
+        )
+
+    def optimizer_key(self) -> str:
+        """One key per pipeline position (its tensor-parallel shards and replicas share it)."""
+        return super().optimizer_key().replace("optim", f"optim/pp{self.coords['pp']}", 1)
 
     def _stage(self, full: nn.Module, part: nn.Module, index: int) -> PipelineStage:
         """One stage over the pp dimension, its inputs' and outputs' shapes given up front."""
@@ -199,7 +215,7 @@ class PipelineStrategy(MeshStrategy):
         loss, broadcast = self._from_last_stage(loss)
         broadcast.append(self._agree_on_stop())
         actions, sent, sends = self.trace.take()
-        self.last_schedule = Schedule(
+        self.schedule_record = Schedule(
             (start, window_end),
             (window_end, optimizer_end),
             actions,
@@ -208,13 +224,13 @@ class PipelineStrategy(MeshStrategy):
             sends,
         )
         # With data-parallel replicas, the mean of theirs: the loss of the global batch.
-        self.lightning_module.log("train_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)
+        self.lightning_module.log(TRAIN_LOSS.name, loss, prog_bar=True, sync_dist=self.shape.dp > 1)
         return loss
 
     def validation_step(self, *args: Any, **kwargs: Any) -> None:
         loss, _ = self._from_last_stage(self._run_schedule(args[0], train=False))
         self.trace.take()  # evaluation is not part of any training step's timeline
-        self.lightning_module.log("val_loss", loss, prog_bar=True, sync_dist=self.shape.dp > 1)
+        self.lightning_module.log(VAL_LOSS.name, loss, prog_bar=True, sync_dist=self.shape.dp > 1)
 
 
 def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:

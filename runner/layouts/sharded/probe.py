@@ -21,9 +21,7 @@ import torch.distributed as dist
 
 from runner import clock
 from runner.compat.fsdp import DefaultAllGather, DefaultReduceScatter
-from runner.layouts.probes import Transfer
-
-Recorder = Callable[[Transfer], None]
+from runner.layouts.probes import Recorder, Transfer
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -18,6 +18,7 @@ CPU the gather runs in gloo's thread beside the rank's compute (`_set_unshard_as
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
@@ -27,8 +28,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from runner import clock
-from runner.layouts.probes import Transfer
-from runner.layouts.sharded.probe import Recorder
+from runner.layouts.probes import Recorder, Transfer
+from runner.layouts.sharded import probe
 
 
 def shard_module(
@@ -87,3 +88,47 @@ def zero_optimizer(optimizer: Any, group: dist.ProcessGroup) -> ZeroOptimizer:
         process_group=group,
         **settings,
     )
+
+
+class Sharding:
+    """Sharding's part of a mesh: data-parallel replicas that split their state over the mesh's
+    dp dimension, at one level (parallel.shard). `optimizer` replicates by DDP (runner/layouts/
+    data/replicate.py) and splits the optimizer; `gradients` and `full` shard the model's units
+    (the spec's, found in the whole model before it is split) in DDP's place."""
+
+    def __init__(self, level: str, units: Callable[[nn.Module], list[nn.Module]]) -> None:
+        self.level, self.units = level, units
+        self.unit_list: list[nn.Module] = []
+        self.fsdp: list[FSDPModule] = []  # every FSDP module made, each stage's whole last
+
+    @property
+    def shards_model(self) -> bool:
+        return self.level in ("gradients", "full")
+
+    def find_units(self, model: nn.Module) -> None:
+        """The units of the whole model, before a split or a stage hides what they are."""
+        self.unit_list = self.units(model)
+
+    def apply(self, module: nn.Module, mesh: DeviceMesh, microbatches: int) -> nn.Module:
+        """`module` sharded over `mesh`'s dp dimension (FSDP2 wraps it in place), for a step of
+        `microbatches` micro-batches."""
+        self.fsdp += shard_module(module, self.unit_list, mesh["dp"], self.level, microbatches)
+        return module
+
+    def optimizers(self, optimizers: list[Any], mesh: DeviceMesh) -> list[Any]:
+        """ZeRO-1: each replica steps its share of the optimizer state."""
+        if self.level != "optimizer":
+            return optimizers
+        return [zero_optimizer(o, mesh["dp"].get_group()) for o in optimizers]
+
+    def reshard(self) -> None:
+        """Free the weights an evaluation's forward gathered (no backward freed them), so that
+        every training step gathers what the one before it did."""
+        for module in self.fsdp:
+            module.reshard()
+
+    def install_probes(self, record: Recorder, optimizers: list[Any], gpu: bool) -> None:
+        probe.install(self.fsdp, record, gpu=gpu)
+        for optimizer in optimizers:
+            if isinstance(optimizer, ZeroOptimizer):
+                optimizer.record = record

@@ -18,10 +18,8 @@ import torch
 
 from runner import clock
 from runner.compat.collectives import async_tensor_type, wrap_functional
-from runner.layouts.probes import Transfer
+from runner.layouts.probes import Recorder, Transfer
 from runner.models import recompute
-
-Recorder = Callable[[Transfer], None]
 
 # candidate function names, newest first -> (the timeline's name, does the payload count the output
 # rather than the input). Only the first present is wrapped (runner/compat/collectives.py): torch

@@ -27,10 +27,37 @@ import torch.distributed as dist
 from runner import clock
 from runner.clock import EventClock, HostClock
 from runner.intervals import union_s
+from runner.layouts.layout import layout_of
 from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes
 from runner.mesh import DIMS
+from runner.metrics import (
+    BUBBLE_MEASURED,
+    COMM_ALGBW,
+    COMM_BUSBW,
+    COMM_BYTES_BY_COLLECTIVE,
+    COMM_BYTES_PER_STEP,
+    COMM_TIME,
+    COMPUTE_TIME,
+    IDLE_FRACTION,
+    IDLE_TIME,
+    PEAK_ALLOCATED,
+    PEAK_MEMORY,
+    PEAKS,
+    PROFILED,
+    RANKED_TIMES,
+    STEP_TIME,
+    Metric,
+    of_rank,
+    worst,
+)
 from runner.training.callbacks.memory import PeakMemory
-from runner.training.sampled_profile import FRACTIONS, SampledProfile
+from runner.training.sampled_profile import SampledProfile
+
+# A rank's own figures that are not logged as they are: combined into the run's (`combine`).
+LOOP_TIME = "loop_time_s"  # the loop's interval: the run's throughput
+BUBBLE = "bubble_fraction"  # what the schedule's window left idle: bubble_fraction_measured
+SENT, BUS_BYTES, BUSY = "comm_bytes_{}", "comm_bus_bytes_{}", "comm_busy_s_{}"  # per dimension
+SENT_BY_COLLECTIVE = "comm_bytes_dp/{}"  # sharded dp's payload of one collective
 
 
 def collective(kind: str) -> str:
@@ -41,11 +68,11 @@ def collective(kind: str) -> str:
 def shares(wall: float, compute: float, comm: float) -> dict[str, float]:
     """A step's wall time split as docs/measurement.md defines it: idle = wall - compute."""
     return {
-        "step_time_s": wall,
-        "compute_time_s": compute,
-        "comm_time_s": comm,
-        "idle_time_s": wall - compute,
-        "idle_fraction": (wall - compute) / wall,
+        STEP_TIME.name: wall,
+        COMPUTE_TIME.name: compute,
+        COMM_TIME.name: comm,
+        IDLE_TIME.name: wall - compute,
+        IDLE_FRACTION.name: (wall - compute) / wall,
     }
 
 
@@ -74,20 +101,20 @@ class Step:
     def payloads(self) -> dict[str, float]:
         """Bytes this rank handed to collectives, per mesh dimension; for the collectives' bus
         bandwidth, their bytes as nccl-tests weights them and the time they were in flight."""
-        out = dict.fromkeys((f"comm_bytes_{dim}" for dim in DIMS), 0.0)
+        out = dict.fromkeys((SENT.format(dim) for dim in DIMS), 0.0)
         for t in self.transfers:
             if t.dim:
-                out[f"comm_bytes_{t.dim}"] += t.nbytes
+                out[SENT.format(t.dim)] += t.nbytes
         if any(t.dim == "dp" and t.kind != "all-reduce" and t.nbytes for t in self.transfers):
             for t in self.transfers:  # sharded: named by collective, as the planner predicts them
                 if t.dim == "dp" and t.nbytes:
-                    key = f"comm_bytes_dp/{collective(t.kind)}"
+                    key = SENT_BY_COLLECTIVE.format(collective(t.kind))
                     out[key] = out.get(key, 0.0) + t.nbytes
         for dim in ("dp", "tp"):  # collectives; a pipeline's P2P sends: p2p_bandwidth
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
-                out[f"comm_bus_bytes_{dim}"] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
-                out[f"comm_busy_s_{dim}"] = union_s([(t.start, t.end) for t in mine])
+                out[BUS_BYTES.format(dim)] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
+                out[BUSY.format(dim)] = union_s([(t.start, t.end) for t in mine])
         return out
 
     def figures(self) -> dict[str, float]:
@@ -122,8 +149,8 @@ class Step:
             shares(wall, compute, schedule.waits_s() + others + inside)
             | self.payloads()
             | {
-                "bubble_fraction": 1 - work / (w1 - w0),
-                "comm_bytes_pp": float(schedule.sent_bytes),
+                BUBBLE: 1 - work / (w1 - w0),
+                SENT.format("pp"): float(schedule.sent_bytes),
             }
             | p2p_bandwidth(schedule)
         )
@@ -212,11 +239,11 @@ class LoopTiming(pl.Callback):
 
     def rank_summary(self) -> dict[str, Any]:
         loops = [s.next_start - s.start for s in self.looped() if s.next_start]
-        figures = {"loop_time_s": fmean(loops)} if loops else {}
-        for key, peak in (("peak_memory_gib", self.memory.peak_gib()),
-                          ("peak_allocated_gib", self.memory.peak_allocated_gib())):  # fmt: skip
+        figures = {LOOP_TIME: fmean(loops)} if loops else {}
+        for figure, peak in ((PEAK_MEMORY, self.memory.peak_gib()),
+                             (PEAK_ALLOCATED, self.memory.peak_allocated_gib())):  # fmt: skip
             if peak is not None:
-                figures[key] = peak
+                figures[figure.name] = peak
         figures |= self.profile.summary()
         return {"figures": figures, "spans": [], "trace": self.profile.trace}
 
@@ -240,9 +267,7 @@ class RankTiming(LoopTiming):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Each layout's strategy installs its own probes (runner/layouts/<layout>/probe.py): what
         # they record comes back as typed records. One device has no layout and nothing to probe.
-        install = getattr(trainer.strategy, "install_probes", None)
-        if install is not None:
-            install(self._record)
+        layout_of(trainer.strategy).install_probes(self._record)
         if dist.is_available() and dist.is_initialized():
             self._wrap_reduce(trainer.strategy)
             dist.barrier()  # a common origin for every rank's clock
@@ -284,7 +309,7 @@ class RankTiming(LoopTiming):
 
     def attach(self, trainer: pl.Trainer, step: "Step") -> None:
         # A strategy that runs its steps as a schedule (the pipeline's) hands over its record.
-        step.schedule = getattr(trainer.strategy, "last_schedule", None)
+        step.schedule = layout_of(trainer.strategy).last_schedule()
 
     # --- the record ---
     def rank_summary(self) -> dict[str, Any]:
@@ -305,8 +330,8 @@ def p2p_bandwidth(schedule: Schedule) -> dict[str, float]:
     if not schedule.sends:
         return {}
     return {
-        "comm_bus_bytes_pp": float(sum(t.nbytes for t in schedule.sends)),
-        "comm_busy_s_pp": union_s([(t.start, t.end) for t in schedule.sends]),
+        BUS_BYTES.format("pp"): float(sum(t.nbytes for t in schedule.sends)),
+        BUSY.format("pp"): union_s([(t.start, t.end) for t in schedule.sends]),
     }
 
 
@@ -315,16 +340,16 @@ def bandwidths(per_rank: list[dict[str, float]], sizes: dict[str, int]) -> dict[
     payload over the time a transfer was in flight; busbw, nccl-tests' bus bandwidth."""
     out = {}
     for dim in ("dp", "tp", "pp"):
-        timed = [r for r in per_rank if r.get(f"comm_busy_s_{dim}")]
+        timed = [r for r in per_rank if r.get(BUSY.format(dim))]
         if not timed or sizes.get(dim, 1) < 2:
             continue
-        busy = [r[f"comm_busy_s_{dim}"] for r in timed]
+        busy = [r[BUSY.format(dim)] for r in timed]
         n = sizes[dim]
         scale = 1.0 if dim == "pp" else (n - 1) / n  # a P2P send carries its payload once
-        alg = [r[f"comm_bytes_{dim}"] / s for r, s in zip(timed, busy, strict=True)]
-        bus = [r[f"comm_bus_bytes_{dim}"] * scale / s for r, s in zip(timed, busy, strict=True)]
-        out[f"comm_algbw_gbs/{dim}"] = fmean(alg) / 1e9
-        out[f"comm_busbw_gbs/{dim}"] = fmean(bus) / 1e9
+        alg = [r[SENT.format(dim)] / s for r, s in zip(timed, busy, strict=True)]
+        bus = [r[BUS_BYTES.format(dim)] * scale / s for r, s in zip(timed, busy, strict=True)]
+        out[COMM_ALGBW.at(dim=dim)] = fmean(alg) / 1e9
+        out[COMM_BUSBW.at(dim=dim)] = fmean(bus) / 1e9
     return out
 
 
@@ -335,40 +360,39 @@ def combine(
     the mesh's dimensions' sizes, for the bandwidth the collectives delivered."""
     if not per_rank or not per_rank[0]:
         return {}
-    out = (
-        {"loop_time_s": fmean(r["loop_time_s"] for r in per_rank)}
-        if "loop_time_s" in per_rank[0]
-        else {}
-    )
-    for key in FRACTIONS:  # the sampled profiler traces' breakdown
-        if key in per_rank[0]:
-            out[key] = fmean(r[key] for r in per_rank)
-            out[f"{key}_max"] = max(r[key] for r in per_rank)
-            out |= {f"rank_{i}/{key}": r[key] for i, r in enumerate(per_rank)}
-    for key in ("peak_memory_gib", "peak_allocated_gib"):
-        if key in per_rank[0]:  # the busiest rank's: what must fit on every device
-            out[key] = max(r[key] for r in per_rank)
-            out |= {f"rank_{i}/{key}": r[key] for i, r in enumerate(per_rank)}
-    if "step_time_s" not in per_rank[0]:  # trainer.measure=false: the loop's intervals only
+    out = {LOOP_TIME: fmean(r[LOOP_TIME] for r in per_rank)} if LOOP_TIME in per_rank[0] else {}
+    for figure in PROFILED:  # the sampled profiler traces' breakdown
+        if figure.name in per_rank[0]:
+            out[figure.name] = fmean(r[figure.name] for r in per_rank)
+            out[worst(figure)] = max(r[figure.name] for r in per_rank)
+            out |= each_rank(per_rank, figure)
+    for figure in PEAKS:
+        if figure.name in per_rank[0]:  # the busiest rank's: what must fit on every device
+            out[figure.name] = max(r[figure.name] for r in per_rank)
+            out |= each_rank(per_rank, figure)
+    if STEP_TIME.name not in per_rank[0]:  # trainer.measure=false: the loop's intervals only
         return out
-    means = ("step_time_s", "compute_time_s", "comm_time_s", "idle_time_s")
-    out |= {k: fmean(r[k] for r in per_rank) for k in means}
-    out["idle_fraction"] = fmean(r["idle_fraction"] for r in per_rank)
-    out["idle_fraction_max"] = max(r["idle_fraction"] for r in per_rank)
+    means = (STEP_TIME, COMPUTE_TIME, COMM_TIME, IDLE_TIME, IDLE_FRACTION)
+    out |= {f.name: fmean(r[f.name] for r in per_rank) for f in means}
+    out[worst(IDLE_FRACTION)] = max(r[IDLE_FRACTION.name] for r in per_rank)
     # Payloads per rank; the mean over ranks where they differ (pipeline stages do).
     for dim in ("dp", "tp", "pp"):
-        sizes = [r.get(f"comm_bytes_{dim}", 0.0) for r in per_rank]
+        sizes = [r.get(SENT.format(dim), 0.0) for r in per_rank]
         if any(sizes):
-            out[f"comm_bytes_per_step/{dim}"] = fmean(sizes)
-    named = sorted({k for r in per_rank for k in r if k.startswith("comm_bytes_dp/")})
+            out[COMM_BYTES_PER_STEP.at(dim=dim)] = fmean(sizes)
+    named = sorted({k for r in per_rank for k in r if k.startswith(SENT_BY_COLLECTIVE.format(""))})
     for key in named:
-        out[f"comm_bytes_per_step/dp/{key.split('/')[1]}"] = fmean(
+        out[COMM_BYTES_BY_COLLECTIVE.at(collective=key.split("/")[1])] = fmean(
             r.get(key, 0.0) for r in per_rank
         )
     out |= bandwidths(per_rank, dims or {})
-    if "bubble_fraction" in per_rank[0]:
-        out["bubble_fraction_measured"] = fmean(r["bubble_fraction"] for r in per_rank)
-    for rank, r in enumerate(per_rank):
-        for key in ("compute_time_s", "comm_time_s", "idle_fraction"):
-            out[f"rank_{rank}/{key}"] = r[key]
+    if BUBBLE in per_rank[0]:
+        out[BUBBLE_MEASURED.name] = fmean(r[BUBBLE] for r in per_rank)
+    for figure in RANKED_TIMES:
+        out |= each_rank(per_rank, figure)
     return out
+
+
+def each_rank(per_rank: list[dict[str, float]], figure: Metric) -> dict[str, float]:
+    """Every rank's own value of a figure, by its per-rank name."""
+    return {of_rank(figure, i): r[figure.name] for i, r in enumerate(per_rank)}

@@ -9,8 +9,8 @@ killed with it however it ends. On the way out every job is cancelled and its st
 leaves slurmd's session) end before the daemons do; whatever of the cluster is left is killed,
 and a survivor is an error.
 
-By hand: `sudo .venv/bin/python -m tests.one_node_slurm` starts one, prints the SLURM_CONF to
-export, and stops it on Enter.
+By hand: `sudo .venv/bin/python -m tests.helpers.one_node_slurm` starts one, prints the
+SLURM_CONF to export, and stops it on Enter.
 """
 
 from __future__ import annotations

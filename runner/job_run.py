@@ -1,0 +1,77 @@
+"""A job's MLflow run: opened (or reopened, for a resumed snapshot) before the job starts, ended
+FINISHED only when the job returned; any exception, Ctrl-C included, ends it FAILED and keeps
+whatever was logged before. Every run ends with its summary (runner/summary.py)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+from mlflow import MlflowClient
+from mlflow.entities import Param
+from mlflow.exceptions import MlflowException
+from omegaconf import DictConfig, OmegaConf
+
+from runner.mesh import mesh_of
+from runner.preemption import Preempted, requeue
+from runner.summary import print_run_summary
+from runner.tracking import (
+    OWNER_TAG,
+    Run,
+    earlier_failure,
+    flatten,
+    open_experiment,
+    owner,
+    run_name,
+    run_tags,
+)
+
+
+@contextlib.contextmanager
+def recorded_run(
+    cfg: DictConfig,
+    choices: Mapping[str, str | None],
+    overrides: list[str],
+    world_size: int = 1,
+    resumed: str | None = None,
+) -> Iterator[Run]:
+    """Open the job's run (or reopen `resumed`, a run that a snapshot continues) and end it
+    FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
+    itself fails: never left RUNNING."""
+    client, exp = open_experiment(cfg.logger.tracking_uri, cfg.logger.experiment_name)
+    if resumed:
+        client.update_run(resumed, status="RUNNING")
+        client.set_tag(resumed, OWNER_TAG, owner())
+        earlier_failure(client, resumed)
+        run = Run(client, resumed)
+    else:
+        name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
+        tags = run_tags(cfg, choices, world_size) | {OWNER_TAG: owner()}
+        run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
+    try:
+        if not resumed:
+            run.log_batch("params", [Param(k, v) for k, v in flatten(cfg).items()])
+            client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+            client.log_text(
+                run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
+            )
+        yield run
+    except Preempted as stopped:  # asked to stop, its snapshot written: resumable, not failed
+        client.set_tag(run.run_id, "preempted_at_step", str(stopped.step))
+        run.end("KILLED")  # first: SLURM ends the job's processes as it requeues the job
+        requeued = requeue()
+        if requeued:
+            client.set_tag(run.run_id, "requeue", requeued)
+        summarize(client, run.run_id, cfg.logger.tracking_uri)
+        raise
+    except BaseException:
+        run.end("FAILED")
+        summarize(client, run.run_id, cfg.logger.tracking_uri)
+        raise
+    run.end("FINISHED")
+    summarize(client, run.run_id, cfg.logger.tracking_uri)
+
+
+def summarize(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
+    with contextlib.suppress(MlflowException):  # a store that failed the run: its error speaks
+        print_run_summary(client, run_id, tracking_uri)

@@ -1,0 +1,57 @@
+"""Data parallelism's part of a mesh: the model (or a pipeline stage, split over tp or not)
+replicated over the mesh's dp dimension by torch's DDP, which averages gradients between replicas
+only, never between the shards of one layer; its gradient buckets probed."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
+
+from runner.compat.ddp_dtensor import localized_shards
+from runner.layouts.data.probe import hook_buckets
+from runner.layouts.layout import LocalShard
+from runner.layouts.probes import Recorder
+
+
+class Replication:
+    def __init__(self, bucket_cap_mb: float | None) -> None:
+        self.bucket_cap_mb = bucket_cap_mb
+        self.replicas: list[DistributedDataParallel] = []  # their buckets are probed
+        # Every tensor-parallel parameter that DDP turned into a plain local tensor: snapshots
+        # show them as DTensors (runner/snapshots.py).
+        self.localized: list[LocalShard] = []
+
+    def apply(self, module: nn.Module, mesh: DeviceMesh, device: torch.device) -> nn.Module:
+        """`module` wrapped in DDP over `mesh`'s dp dimension."""
+        gpu = device.type == "cuda"
+        split = any(isinstance(p, DTensor) for p in module.parameters())
+        replica = DistributedDataParallel(
+            module,
+            device_ids=[device.index] if gpu else None,
+            device_mesh=mesh["dp"],
+            bucket_cap_mb=self.bucket_cap_mb,
+            broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
+        )
+        self.replicas.append(replica)
+        # DDP keeps each DTensor shard as a plain local tensor (runner/compat/ddp_dtensor.py);
+        # after the first forward the module lists none of them. The optimizer holds these
+        # tensors: a snapshot needs them.
+        for name, param in localized_shards(module, split):
+            owner, _, attr = name.rpartition(".")
+            self.localized.append(LocalShard(module.get_submodule(owner), attr, param))
+        return replica
+
+    def held(self, weight: nn.Parameter) -> nn.Parameter:
+        """The parameter the optimizer steps for a module's weight: over tensor-parallel shards,
+        the local tensor DDP keeps in the DTensor's place (its gradient is there)."""
+        for shard in self.localized:
+            if getattr(shard.owner, shard.attr, None) is weight:
+                return shard.param
+        return weight
+
+    def install_probes(self, record: Recorder) -> None:
+        for replica in self.replicas:
+            hook_buckets(replica, record)

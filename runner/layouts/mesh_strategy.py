@@ -1,0 +1,165 @@
+"""A Lightning strategy for a (pp, dp, tp) device mesh, composed of one part per technique: the
+tensor split (runner/layouts/tensor/split.py), replication over dp (runner/layouts/data/
+replicate.py) and sharding over dp (runner/layouts/sharded/shard.py). Alone it runs tensor
+parallelism, with data parallelism or sharded replicas or not; the pipeline strategy adds the
+stages.
+
+It reuses DDPStrategy's process group, ranks and reductions. Where DDP would wrap the whole
+LightningModule, it splits the plain model over the mesh's tp dimension and replicates (or
+shards) it over the dp dimension only: DDP averages gradients between replicas, never between
+the shards of one layer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch.distributed as dist
+from omegaconf import DictConfig
+from pytorch_lightning.strategies import DDPStrategy
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from runner.cluster import bind_gloo_to_loopback
+from runner.layouts.data.replicate import Replication
+from runner.layouts.layout import Layout, LocalShard
+from runner.layouts.probes import Recorder
+from runner.layouts.process_group import backend, timeout
+from runner.layouts.sharded.shard import Sharding
+from runner.layouts.tensor.split import TensorSplit
+from runner.mesh import DIMS, Mesh
+from runner.models.registry import spec_for
+from runner.models.spec import ModelSpec
+
+
+class MeshStrategy(DDPStrategy, Layout):
+    strategy_name = "mesh"
+    microbatches = 1  # a pipeline's, or gradient accumulation's (the pipeline strategy's)
+
+    def __init__(
+        self,
+        shape: Mesh,
+        parallelize: Callable[[nn.Module, DeviceMesh], nn.Module],
+        bucket_cap_mb: float | None = None,
+        shard: str = "none",
+        units: Callable[[nn.Module], list[nn.Module]] = lambda model: [],
+        **kw: Any,
+    ) -> None:
+        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        super().__init__(start_method="popen", **kw)
+        self.shape = shape
+        self.split = TensorSplit(parallelize, shape.tp)
+        self.replication = Replication(bucket_cap_mb)
+        # parallel.shard: nothing to split without several replicas
+        level = shard if shape.dp > 1 else "none"
+        self.sharding = Sharding(level, units) if level != "none" else None
+        self.device_mesh: DeviceMesh | None = None
+        self.own_group = False  # the process group of one process, made here (setup_distributed)
+
+    @property
+    def coords(self) -> dict[str, int]:
+        return self.shape.coords(self.global_rank)
+
+    def _configure_launcher(self) -> None:
+        if self.shape.world > 1:
+            super()._configure_launcher()
+        # One process (micro-batches on one device): nothing to launch, and Lightning's launcher
+        # would set MASTER_ADDR, WORLD_SIZE, ... in this process, for every later run in it.
+
+    def setup_distributed(self) -> None:
+        if self.shape.world == 1 and not dist.is_initialized():
+            # A process group of one, its store in this process: no port, no address. Gloo
+            # still binds a device: to loopback.
+            bind_gloo_to_loopback()
+            dist.init_process_group(
+                self._get_process_group_backend(),
+                store=dist.HashStore(),
+                rank=0,
+                world_size=1,
+                timeout=self._timeout,
+            )
+            self.own_group = True
+        super().setup_distributed()  # Lightning's ranks; its process group exists by now
+        self.device_mesh = init_device_mesh(
+            self.root_device.type, self.shape.shape, mesh_dim_names=DIMS
+        )
+
+    # --- the parts, composed ---
+    def split_layers(self, module: nn.Module) -> nn.Module:
+        return self.split.apply(module, self.device_mesh)
+
+    def replicate(self, module: nn.Module) -> nn.Module:
+        """Over the data-parallel dimension: sharded, or replicated by DDP; the module itself
+        with one replica."""
+        if self.shape.dp == 1:
+            return module
+        if self.sharding is not None and self.sharding.shards_model:
+            return self.sharding.apply(module, self.device_mesh, self.microbatches)
+        return self.replication.apply(module, self.device_mesh, self.root_device)
+
+    def held(self, weight: nn.Parameter) -> nn.Parameter:
+        """The parameter the optimizer steps for a module's weight."""
+        return self.replication.held(weight)
+
+    def configure_ddp(self) -> None:
+        module = self.lightning_module
+        if self.sharding is not None:
+            self.sharding.find_units(module.model)
+        module.model = self.replicate(self.split_layers(module.model))
+
+    def setup_optimizers(self, trainer: Any) -> None:
+        super().setup_optimizers(trainer)
+        if self.sharding is not None:
+            self.optimizers = self.sharding.optimizers(self.optimizers, self.device_mesh)
+
+    def on_validation_end(self) -> None:
+        super().on_validation_end()
+        if self.sharding is not None:
+            self.sharding.reshard()
+
+    # --- the layout's answers (runner/layouts/layout.py) ---
+    def install_probes(self, record: Recorder) -> None:
+        self.replication.install_probes(record)
+        if self.sharding is not None:
+            gpu = self.root_device.type == "cuda"
+            self.sharding.install_probes(record, self.optimizers, gpu)
+        self.split.install_probes(record)
+
+    def optimizer_key(self) -> str:
+        zero = self.sharding is not None and self.sharding.level == "optimizer"
+        return f"optim/dp{self.coords['dp']}" if zero else "optim"
+
+    def local_shards(self) -> list[LocalShard]:
+        return self.replication.localized
+
+    def teardown(self) -> None:
+        failing = sys.exc_info()[1]  # after a failed step, Lightning tears down in its handler
+        try:
+            super().teardown()
+        except RuntimeError:
+            # Moving DTensor weights that the failed step still holds raises ("Couldn't swap");
+            # the step's own error is the one the user must see.
+            if failing is None:
+                raise
+        finally:
+            if self.own_group:  # a later run in this process starts without one
+                dist.destroy_process_group()
+                self.own_group = False
+
+
+def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
+    # A model of the user's (no spec) may be sharded, as one unit; it has no tensor-parallel plan
+    # (refused before launch: runner/layouts/rules.py).
+    spec = spec_for(cfg.model) or ModelSpec(name="", config=object)
+    return MeshStrategy(
+        mesh,
+        partial(spec.parallelize, vocab_parallel=cfg.parallel.vocab_parallel),
+        cfg.parallel.bucket_cap_mb,
+        cfg.parallel.shard,
+        spec.recompute_units,
+        process_group_backend=backend(cfg),
+        timeout=timeout(cfg),
+    )

@@ -1,0 +1,29 @@
+"""The Lightning strategy a job's mesh runs with: one device's plain run, Lightning's DDP for
+replicas alone, the mesh strategy for a tensor split or sharded replicas, the pipeline strategy
+for stages (or micro-batches on their own: gradient accumulation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from runner.mesh import mesh_of
+
+
+def strategy(cfg: DictConfig) -> Any:
+    """The Lightning strategy of the config's layout ("auto": one device, no layout). Micro-batches
+    without a pipeline are gradient accumulation: the pipeline strategy with one stage, whose
+    schedule runs forward and backward per micro-batch (on one process too)."""
+    mesh = mesh_of(cfg)
+    accumulate = cfg.parallel.microbatches > 1
+    sharded = cfg.parallel.shard != "none" and mesh.dp > 1
+    if mesh.world == 1 and not accumulate:
+        return "auto"  # any layout on one device is the plain single-device run
+    if mesh.pp > 1 or accumulate:
+        from runner.layouts.pipeline.strategy import strategy as make
+    elif mesh.tp > 1 or sharded:
+        from runner.layouts.mesh_strategy import strategy as make
+    else:
+        from runner.layouts.data.strategy import strategy as make
+    return make(cfg, mesh)

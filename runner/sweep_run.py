@@ -1,0 +1,47 @@
+"""A sweep's MLflow parent run (opened by plugins/mlflow_sweep.py): every job's run is nested under
+it, and when the sweep ends it compares its jobs (runner/comparison.py) and says how it ended
+(runner/summary.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from mlflow.exceptions import MlflowException
+
+from runner import open_sweep
+from runner.comparison import log_comparison
+from runner.summary import print_sweep_summary
+from runner.tracking import OWNER_TAG, PARENT_RUN_ENV, PARENT_URI_ENV, Run, open_experiment, owner
+
+_parent: Run | None = None  # the sweep's parent run, while this process has one open
+
+
+def start_parent(tracking_uri: str, experiment_name: str, name: str) -> Run:
+    global _parent
+    client, exp = open_experiment(tracking_uri, experiment_name)
+    created = client.create_run(exp, run_name=name, tags={"mode": "sweep", OWNER_TAG: owner()})
+    _parent = Run(client, created.info.run_id)
+    os.environ[PARENT_URI_ENV] = tracking_uri  # for the sweep's summary
+    os.environ[PARENT_RUN_ENV] = _parent.run_id
+    # The error line of a sweep that stops part-way stays the last: no summary after it.
+    open_sweep.opened(lambda: end_parent("FAILED", summary=False))
+    return _parent
+
+
+def end_parent(status: str, summary: bool = True) -> None:
+    """End the sweep's parent run if this process opened one that is still open, with its jobs
+    compared, and say how it ended (not when an error line must stay the last)."""
+    global _parent
+    if _parent is None:
+        return
+    with contextlib.suppress(MlflowException):  # a store that failed the sweep: its error speaks
+        log_comparison(_parent.client, _parent.run_id)
+    _parent.end(status)
+    if summary:
+        with contextlib.suppress(MlflowException):
+            print_sweep_summary(_parent.client, _parent.run_id, os.environ[PARENT_URI_ENV])
+    _parent = None
+    open_sweep.closed()
+    os.environ.pop(PARENT_RUN_ENV, None)
+    os.environ.pop(PARENT_URI_ENV, None)

@@ -1,0 +1,51 @@
+"""An MLflow server (or `mlflow ui`) on 127.0.0.1 for the tests that talk to one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from runner.cluster import free_port
+
+SERVER_START_S = 180  # an MLflow server answers after about 25 s here; CI may be slower
+
+
+def wait_healthy(url: str, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "the MLflow server exited before answering"
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)  # polling interval for the health endpoint, not a wait for a result
+    raise TimeoutError(f"the MLflow server did not answer at {url} within {SERVER_START_S} s")
+
+
+@contextlib.contextmanager
+def mlflow_serving(command: str, store: str, cwd: Path) -> Iterator[str]:
+    """`mlflow server` or `mlflow ui` on the store, on 127.0.0.1: its URL once it answers."""
+    port = free_port()
+    args = ["--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", store]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", command, *args, "--workers", "1"],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # one process group: the server and its workers end together
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
