@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from runner import choices
+from runner import choices, collector
 from runner.validate import check, resolve_mesh
 
 # mode -> its module under runner/modes/, imported only when chosen (training imports torch).
@@ -22,4 +22,7 @@ def run_job(
     # Before anything heavy is imported or any run is opened: the mesh's sizes, then the checks,
     # which resolve the typed job once for the mode.
     job = check(cfg, resolve_mesh(cfg))
-    return importlib.import_module(MODES[cfg.mode]).run(cfg, job, choices, overrides)
+    mode = importlib.import_module(MODES[cfg.mode])
+    if cfg.mode != "train":  # training resumes it after its own imports (runner/modes/train.py)
+        collector.resume()
+    return mode.run(cfg, job, choices, overrides)

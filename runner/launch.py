@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from runner import collector
 from runner.cluster import LOOPBACK
 from runner.errors import ConfigError, JobFailed, Stopped
 from runner.lifeline import die_with_parent, listen_to_ctrl_c
@@ -42,6 +43,7 @@ def rank_main(
     """What every rank runs (a module-level function: spawned ranks import it by name)."""
     from runner.training.rank import train
 
+    collector.resume()
     listen_to_ctrl_c()
 
     return train(OmegaConf.create(cfg), run_id, progress, resume)

@@ -47,8 +47,8 @@ RUNNER = ("python", "-m", "runner")
 COVERED_ELSEWHERE = {"extending.md": "## Add a model"}
 # Appended to each command, unless it sets the key itself (Hydra keeps the last value of a key).
 SHORTEN = [
-    "trainer.max_steps=4",
-    "trainer.warmup_steps=2",
+    "trainer.max_steps=3",
+    "trainer.warmup_steps=1",
     "trainer.val_batches=0",
     "trainer.progress_bar=false",
     "trainer.val_every_n_steps=3",

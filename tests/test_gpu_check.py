@@ -20,15 +20,18 @@ def test_without_a_gpu_it_says_so_in_one_line(capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # about 11 short trainings and two pairs of torchrun nodes
+@pytest.mark.timeout(900)  # about 11 short trainings and a pair of torchrun nodes
 def test_its_checks_rehearsed_on_this_cpu_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The script's every check on this CPU, small: each of its `python -m runner` commands goes
     through the command line's entry point in this process (tests/helpers/in_process.py), its two
     torchrun nodes are processes of their own, as on a GPU machine. Check 4 writes
-    ./conf/hardware/calibrated.yaml where the script runs."""
+    ./conf/hardware/calibrated.yaml where the script runs; its calibration times each product
+    and step fewer times than a user's (its figures are not judged on a CPU; test_docs checks a
+    full calibration's)."""
     from benchmarks import gpu_check
+    from runner.modes import calibrate
 
     def runner_here(*args: str, cwd: str | Path, timeout_s: float = 0) -> str:
         done = run_in_process(capfd, *args, cwd=Path(cwd))
@@ -36,6 +39,8 @@ def test_its_checks_rehearsed_on_this_cpu_pass(
         return done.stdout
 
     monkeypatch.setattr(gpu_check, "runner", runner_here)
+    monkeypatch.setattr(calibrate, "PRODUCT_BUDGET_S", 0.05)
+    monkeypatch.setattr(calibrate, "QUICK", calibrate.QUICK | {"max_steps": 4, "warmup_steps": 2})
     monkeypatch.chdir(tmp_path)
     code = gpu_check.main(["--on-cpu"])
     out = capfd.readouterr().out
@@ -43,6 +48,7 @@ def test_its_checks_rehearsed_on_this_cpu_pass(
     checks = ("1.", "2.", "3.", "4.", "5.", "6.")
     rows = [line for line in out.splitlines() if line[:2] in checks]
     assert len(rows) == 9 and all("  pass  " in row for row in rows), out
-    assert "sharing one CPU (two torchrun nodes)" in out  # the one-GPU machine's path
+    assert "sharing one CPU (two torchrun nodes)" in out  # check 2: the one-GPU machine's path
+    assert "2 ranks on this CPU (one launch)" in out  # check 6: the path of two GPUs
     assert "5 steps redone" in out  # of 10, snapshots every 5
     assert (tmp_path / "conf" / "hardware" / "calibrated.yaml").is_file()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner import collector
 from runner.cluster import (
     LOOPBACK,
     bind_gloo_to_loopback,
@@ -37,6 +38,9 @@ def run(
     # MLflow and torch: seconds, after the server has started
     from runner.job_run import recorded_run
     from runner.launch import in_process, rank_main, spawn
+
+    if launches:  # the launcher's imports are in (a rank resumes it after its own: launch.py)
+        collector.resume()
 
     resumed, resume = None, None
     if cfg.resume:

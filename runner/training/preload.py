@@ -4,10 +4,18 @@ rather than again in each rank: torch, Lightning, the layouts' strategies, the r
 with (MLflow's store, matplotlib's image writers). Measured on a data-parallel job of 2 ranks:
 1.7 s of each job's rank 0 went to imports the server had not made (scikit-learn, the email
 package that looking up a package's version loads, the SQLite dialect, PIL's image plugins).
-Importing this module does it."""
+Importing this module does it.
+
+The collector is paused while the server imports (runner/collector.py says why). Then every
+object made so far is frozen out of its sight (gc.freeze, as
+Python's gc docs advise before forking): a rank's first full collection would otherwise walk the
+server's millions of objects, writing to each one's header and so copying its memory page into
+the rank. Measured on a data-parallel FFNN job of 2 ranks, 4 steps, run again in one process:
+3.2 s a job before, 1.8 s after; each rank's first `self.log` had taken 0.75 s of it."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import pkgutil
 
@@ -39,6 +47,7 @@ MODULES = (
 
 
 def preload() -> None:
+    gc.disable()  # as runner/collector.py, while the server imports
     for name in MODULES:
         importlib.import_module(name)
     for spec in SPECS.values():  # each model's folder: its module, config, spec, parallel plan
@@ -48,6 +57,8 @@ def preload() -> None:
     from PIL import Image
 
     Image.init()  # every image plugin: matplotlib's PNG writer would load them at the first save
+    gc.freeze()
+    gc.enable()
 
 
 preload()
