@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from mlflow import MlflowClient
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
 from runner.mesh import mesh_of
@@ -18,12 +19,14 @@ from runner.summary import print_run_summary
 from runner.tracking import (
     OWNER_TAG,
     Run,
+    description,
     earlier_failure,
     flatten,
     open_experiment,
     owner,
     run_name,
     run_tags,
+    source_tags,
 )
 
 
@@ -46,7 +49,8 @@ def recorded_run(
         run = Run(client, resumed)
     else:
         name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
-        tags = run_tags(cfg, choices, world_size) | {OWNER_TAG: owner()}
+        note = {MLFLOW_RUN_NOTE: description(cfg, choices, world_size)}
+        tags = run_tags(cfg, choices, world_size) | source_tags() | note | {OWNER_TAG: owner()}
         run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
         if not resumed:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import socket
 import time
@@ -195,6 +196,26 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
     if os.environ.get(PARENT_RUN_ENV):
         tags[NESTED_TAG] = os.environ[PARENT_RUN_ENV]
     return {k: v for k, v in tags.items() if v is not None}
+
+
+def description(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int) -> str:
+    """A job run's description (the Overview's Description in MLflow's UI): what ran, where."""
+    what = choices.get("experiment") or f"{choices['model']} on {choices.get('data')}"
+    processes = f"{world_size} process{'es' if world_size > 1 else ''}"
+    return f"{what}, layout {mesh_of(cfg).layout} ({processes}), hardware {choices['hardware']}"
+
+
+@functools.cache
+def source_tags() -> dict[str, str]:
+    """MLflow's own tags for where a run came from, which its UI shows as the run's Source: the
+    command, and the commit of the runner's git checkout (none for an installed wheel). A client's
+    create_run sets none of them (MLflow's fluent start_run would, from the script's path)."""
+    from mlflow.utils.git_utils import get_git_commit
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
+
+    tags = {MLFLOW_SOURCE_NAME: "python -m runner", MLFLOW_SOURCE_TYPE: "LOCAL"}
+    commit = get_git_commit(str(Path(__file__).resolve().parent))
+    return tags | ({MLFLOW_GIT_COMMIT: commit} if commit else {})
 
 
 def children(client: MlflowClient, parent: Recorded) -> list[Recorded]:

@@ -3,6 +3,7 @@
 import math
 import os
 import signal
+import subprocess
 from pathlib import Path
 from statistics import fmean
 
@@ -13,7 +14,7 @@ from mlflow import MlflowClient
 from runner.app import run_job
 from runner.training.module import TrainModule
 from runner.training.rank import sigterm_deferred
-from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.jobs import QUICK, REPOSITORY, compose_job, train
 from tests.helpers.metrics import assert_registered
 from tests.helpers.records import all_runs, loss_series
 
@@ -62,6 +63,17 @@ def test_artifacts_hold_the_resolved_config_and_the_overrides(store: str) -> Non
     )
     assert config["model"]["in_features"] == 64  # resolved, not ${data.n_features}
     assert overrides == ["model=ffnn", "trainer.max_steps=12"]
+
+
+def test_a_run_names_its_source_and_commit_and_describes_its_job(store: str) -> None:
+    """MLflow's UI fills a run's Source and Description from MLflow's own tags."""
+    tags = MlflowClient(store).get_run(train("model=ffnn", "trainer.max_steps=2")).data.tags
+    assert tags["mlflow.source.name"] == "python -m runner"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True,
+                          text=True)  # fmt: skip
+    if head.returncode == 0:  # a checkout; an installed wheel has no commit to name
+        assert tags["mlflow.source.git.commit"] == head.stdout.strip()
+    assert tags["mlflow.note.content"] == "ffnn on digits, layout none (1 process), hardware cpu"
 
 
 @pytest.mark.slow
