@@ -1,5 +1,6 @@
 """Short trainings of each model, recorded in MLflow and read back with MlflowClient."""
 
+import json
 import math
 import os
 import signal
@@ -74,6 +75,29 @@ def test_a_run_names_its_source_and_commit_and_describes_its_job(store: str) -> 
     if head.returncode == 0:  # a checkout; an installed wheel has no commit to name
         assert tags["mlflow.source.git.commit"] == head.stdout.strip()
     assert tags["mlflow.note.content"] == "ffnn on digits, layout none (1 process), hardware cpu"
+
+
+def test_a_run_records_its_data_set_as_an_input_that_tells_other_data_apart(store: str) -> None:
+    """MLflow's Datasets section: the data set's name, digest and rows; another data set, or the
+    same one split otherwise, has another digest."""
+    client = MlflowClient(store)
+
+    def data_input(*overrides: str):
+        (data,) = client.get_run(train(*overrides, "trainer.max_steps=1")).inputs.dataset_inputs
+        return data
+
+    digits = data_input("model=ffnn")
+    assert (digits.dataset.name, json.loads(digits.dataset.profile)) == (
+        "digits",
+        {"num_rows": 1438, "val_rows": 359},
+    )
+    assert {(t.key, t.value) for t in digits.tags} == {("mlflow.data.context", "train")}
+    again = data_input("model=ffnn", "seed=1")
+    other_split = data_input("model=ffnn", "data.val_fraction=0.25")
+    cancer = data_input("model=neuron")
+    assert again.dataset.digest == digits.dataset.digest
+    assert len({digits.dataset.digest, other_split.dataset.digest, cancer.dataset.digest}) == 3
+    assert cancer.dataset.name == "breast_cancer"
 
 
 @pytest.mark.slow

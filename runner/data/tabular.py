@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from runner.data import Splits
+from runner.data import Splits, digest
 
 
 def _split(x: np.ndarray, y: torch.Tensor, val_fraction: float) -> Splits:
@@ -15,7 +15,8 @@ def _split(x: np.ndarray, y: torch.Tensor, val_fraction: float) -> Splits:
     n_val = int(round(len(x) * val_fraction))
     val, train = order[:n_val], order[n_val:]
     xt = torch.as_tensor(x, dtype=torch.float32)
-    return Splits(TensorDataset(xt[train], y[train]), TensorDataset(xt[val], y[val]))
+    content = digest(xt, y, torch.as_tensor(val))
+    return Splits(TensorDataset(xt[train], y[train]), TensorDataset(xt[val], y[val]), 0, content)
 
 
 def _load(loader: Callable, scale: Callable, targets: Callable, val_fraction: float) -> Splits:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from runner.data import Splits
+from runner.data import Splits, digest
 
 PAD, UNK = "<pad>", "<unk>"  # ids 0 and 1, as the seed reserves them
 
@@ -87,4 +87,7 @@ def load_text(
     k = round(1 / val_fraction) if val_fraction > 0 else n_blocks + 1
     val = [b for b in range(n_blocks) if b % k == k - 1]
     train = [b for b in range(n_blocks) if b % k != k - 1]
-    return Splits(TokenBlocks(ids, seq_len, train), TokenBlocks(ids, seq_len, val), seq_len)
+    content = digest(ids, f"seq_len={seq_len} held out every {k}")
+    return Splits(
+        TokenBlocks(ids, seq_len, train), TokenBlocks(ids, seq_len, val), seq_len, content
+    )

@@ -265,6 +265,10 @@ def train(
             "data.batch_size",
             f"{cfg.data.batch_size} is more than the {len(splits.train)} training samples",
         )
+    if run_id and trainer.global_rank == 0 and not resume:
+        from runner.training.record import record_data
+
+        record_data(cfg, run_id, splits)
     start = time.perf_counter()
     trainer.fit(module, train_loader, val_loader)
     figures = run_figures(cfg, timing, splits.tokens_per_sample)
