@@ -38,8 +38,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
 from runner import plain_loop
-from runner.cli import CONF_DIR
 from runner.config import register_configs
+from runner.config_dirs import CONF_DIR
 from runner.metrics import COMPUTE_TIME, THROUGHPUT
 
 RESULTS_ENV = "PLAIN_LOOP_RESULTS"  # a folder: each rank writes rank_<r>.json there
@@ -67,7 +67,7 @@ def report(out: dict[str, float | int], rank: int) -> None:
 
 def config(overrides: list[str]) -> DictConfig:
     register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=overrides)
 
 

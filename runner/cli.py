@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import NoReturn
 
 import hydra
@@ -20,13 +19,13 @@ from omegaconf.errors import OmegaConfBaseException
 from runner import open_sweep
 from runner.cluster import external_launcher, global_rank
 from runner.config import register_configs
+from runner.config_dirs import CONF_DIR
 from runner.errors import JobFailed, Stopped, SweepJobFailed
 from runner.lifeline import listen_to_ctrl_c
 from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.quiet import quiet_third_parties
 from runner.validate import ConfigError
 
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")  # packaged with the code
 EXIT_BAD_INPUT = 2
 
 
@@ -88,7 +87,7 @@ def main() -> None:
     register_configs()
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"  # as Hydra reads it: 0 is off
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    entry = hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")(task)
+    entry = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task)
     try:
         entry()
     except (HydraException, OmegaConfBaseException) as error:

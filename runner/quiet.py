@@ -11,7 +11,7 @@ import warnings
 
 LIGHTNING_INFO = ("💡 Tip:", "GPU available:", "TPU available:", "HPU available:")
 WARNINGS = (
-    # The working folder's conf/ is on the search path (runner/conf/config.yaml); most have none.
+    # The working folder's conf/ is on the search path (conf/config.yaml); most have none.
     r"provider=hydra.searchpath in main, path=conf is not available",
     r"The `srun` command is available on your system but is not used",
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",

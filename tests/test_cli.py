@@ -3,16 +3,18 @@
 import csv
 import itertools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from matplotlib.image import imread
 from mlflow import MlflowClient
 
-from runner.cli import CONF_DIR
+from runner.config_dirs import CONF_DIR, EXPERIMENTS_DIR
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK
 from tests.helpers.metrics import assert_registered
@@ -198,18 +200,46 @@ def test_mlflow_telemetry_is_off_unless_the_user_turns_it_on() -> None:
     assert read == expected
 
 
+def test_the_users_own_studies_and_options_come_before_the_runners(
+    tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess]
+) -> None:
+    """./experiments and ./conf where a command runs are on Hydra's search path ahead of the
+    runner's experiments/ and conf/: a study of the user's is found by name, one named as the
+    runner's replaces it there, and so does an option of a group; elsewhere the runner's hold."""
+    studies, trainers = tmp_path / "experiments", tmp_path / "conf" / "trainer"
+    studies.mkdir()
+    trainers.mkdir(parents=True)
+    (studies / "mine.yaml").write_text("# @package _global_\nseed: 7\n")
+    (studies / "seed_neuron.yaml").write_text("# @package _global_\nseed: 8\n")
+    trainer = (CONF_DIR / "trainer" / "default.yaml").read_text()
+    (trainers / "default.yaml").write_text(re.sub(r"(?m)^lr: .*$", "lr: 0.125", trainer))
+
+    def composed(cwd: Path, *args: str) -> dict:
+        done = cli(*args, "--cfg", "job", cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        return yaml.safe_load(done.stdout)
+
+    assert composed(tmp_path, "+experiment=mine")["seed"] == 7
+    assert composed(tmp_path, "+experiment=seed_neuron")["seed"] == 8
+    assert composed(tmp_path)["trainer"]["lr"] == 0.125
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    packaged = composed(elsewhere, "+experiment=seed_neuron")
+    assert packaged["mode"] == "example" and packaged["trainer"]["lr"] != 0.125
+
+
 def test_help_lists_every_option_of_every_group_the_modes_and_examples(
     tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess]
 ) -> None:
     done = cli("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    conf = Path(CONF_DIR)
+    folders = {"experiment": EXPERIMENTS_DIR}  # the studies: experiments/, not conf/experiment/
     for group in ("model", "data", "parallel", "hardware", "trainer", "logger", "experiment"):
         lines = done.stdout.splitlines()
         first = next(i for i, ln in enumerate(lines) if ln.lstrip(" +").startswith(f"{group}: "))
         wrapped = itertools.takewhile(lambda line: line.startswith("    "), lines[first + 1 :])
         text = " ".join([lines[first], *wrapped])
-        for option in sorted(p.stem for p in (conf / group).glob("*.yaml")):
+        for option in sorted(p.stem for p in folders.get(group, CONF_DIR / group).glob("*.yaml")):
             assert f" {option}" in text, (group, option, text)
     assert all(mode in done.stdout for mode in ("train", "example", "plan", "calibrate", "report"))
     assert done.stdout.count("python -m runner ") >= 5 and "_schema" not in done.stdout

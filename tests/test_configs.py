@@ -1,14 +1,12 @@
 """Every option of every config group composes, resolves and validates; overrides reach fields."""
 
-from pathlib import Path
-
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from runner import choices, losses, optimizers, validate
-from runner.cli import CONF_DIR
+from runner.config_dirs import CONF_DIR, EXPERIMENTS_DIR
 from runner.layouts.pipeline import stages
 from runner.models import activations
 from runner.modes import example as worked_examples
@@ -19,7 +17,8 @@ DATA_MODEL = {"digits": "ffnn", "breast_cancer": "neuron", "text": "decoder"}
 
 
 def options(group: str) -> list[str]:
-    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
+    folder = EXPERIMENTS_DIR if group == "experiment" else CONF_DIR / group
+    return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
 GROUPS = ["model", "data", "parallel", "hardware", "trainer", "logger", "experiment"]

@@ -627,8 +627,8 @@ CLAIMS = {
 
 
 def configs_state() -> list[tuple[str, int]]:
-    """Every config file of the repository (the package's and a ./conf at its top), as it is."""
-    found = [*(REPOSITORY / "runner" / "conf").rglob("*"), *(REPOSITORY / "conf").rglob("*")]
+    """Every config file of the repository (conf/ and experiments/ at its top), as it is."""
+    found = [*(REPOSITORY / "conf").rglob("*"), *(REPOSITORY / "experiments").rglob("*")]
     return sorted((str(p), p.stat().st_mtime_ns) for p in found if p.is_file())
 
 

@@ -96,9 +96,9 @@ def _installed_without_the_source(tmp_path: Path) -> Path:
     """A wheel built from a copy of the sources, installed (not editable) into a fresh target: a
     folder that holds the package and nothing of the repository."""
     source = tmp_path / "source"
-    for part in ("runner", "plugins", "hydra_plugins"):
+    for part in ("runner", "plugins", "hydra_plugins", "conf", "experiments"):
         shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
-    for part in ("pyproject.toml", "README.md"):
+    for part in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / part, source / part)
     wheels = tmp_path / "wheels"
     build = ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)]
@@ -122,7 +122,8 @@ def test_a_wheel_installed_into_a_fresh_environment_runs_from_any_directory(
 ) -> None:
     site = _installed_without_the_source(tmp_path)
     assert (site / "runner" / "conf" / "config.yaml").is_file()
-    assert (site / "runner" / "conf" / "experiment" / "seed_neuron.yaml").is_file()
+    assert (site / "runner" / "experiments" / "seed_neuron.yaml").is_file()
+    assert not (site / "conf").exists() and not (site / "experiments").exists()
     # A fresh environment: the installed package first, this one's dependencies after it, and no
     # repository on the path (the working folder is elsewhere).
     elsewhere = tmp_path / "elsewhere"

@@ -8,8 +8,8 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from hydra_plugins.runner_sweeper import ComposedOnce
-from runner.cli import CONF_DIR
 from runner.config import register_configs
+from runner.config_dirs import CONF_DIR
 
 register_configs()  # the structured configs the YAML files name
 
@@ -25,7 +25,7 @@ JOBS = [
 
 @pytest.mark.parametrize("overrides", JOBS)
 def test_each_job_gets_the_config_hydra_composes(overrides: list[str]) -> None:
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", ["mode=plan"], RunMode.MULTIRUN)
         once = ComposedOnce(loader)
@@ -38,7 +38,7 @@ def test_each_job_gets_the_config_hydra_composes(overrides: list[str]) -> None:
 
 
 def test_jobs_that_share_their_group_choices_share_one_composition() -> None:
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         master = loader.load_configuration("config", [], RunMode.MULTIRUN)
         once = ComposedOnce(loader)

@@ -8,7 +8,7 @@ is composed; plain values (`parallel.tp=4`, `+x=1`) are applied to the composed 
 afterwards, as Hydra applies them itself. So jobs that share their group choices share one
 composition, a copy of which each job's values are applied to: the same config Hydra composes
 (tests/test_sweeper.py compares them). The sweeper is the basic one otherwise: same batches, same
-launcher, same callbacks. Selected in runner/conf/config.yaml (`override hydra/sweeper: runner`).
+launcher, same callbacks. Selected in conf/config.yaml (`override hydra/sweeper: runner`).
 """
 
 # No `from __future__ import annotations`: Hydra runs this module without registering it, and

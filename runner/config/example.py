@@ -25,6 +25,6 @@ class ExampleConfig:
 
 
 def check_example(example: Any) -> None:
-    needs = "mode=example needs an example (see runner/conf/experiment/)"
+    needs = "mode=example needs an example (see experiments/)"
     require(example is not None, "example", needs)
     one_of(example.name, "example.name", EXAMPLES)

@@ -81,7 +81,7 @@ def missing(node: Any, prefix: str, *names: str) -> None:
         require(
             not OmegaConf.is_missing(node, name),
             f"{prefix}.{name}",
-            "missing: every hardware profile gives it (see runner/conf/hardware/)",
+            "missing: every hardware profile gives it (see conf/hardware/)",
         )
 
 

@@ -2,7 +2,7 @@
 needs: validation, the planner, the pipeline and tensor-parallel layouts, mode=plan.
 
 Adding a model (docs/extending.md): a folder runner/models/<name>/ with model.py, config.py and
-spec.py (which defines SPEC), its name in MODELS, and runner/conf/model/<name>.yaml.
+spec.py (which defines SPEC), its name in MODELS, and conf/model/<name>.yaml.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class Gemm:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    name: str  # the option in runner/conf/model/
+    name: str  # the option in conf/model/
     config: type  # its dataclass schema, whose `_target_` names the module
 
     @property

@@ -54,7 +54,7 @@ from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
 
 # Where the user works, not in the installed package: ./conf is on Hydra's search path
-# (runner/conf/config.yaml), so hardware=calibrated finds it there.
+# (conf/config.yaml), so hardware=calibrated finds it there.
 PROFILE = Path("conf") / "hardware" / "calibrated.yaml"
 SIZES = [2**k for k in range(12, 25, 2)]  # 4 kB .. 16 MB
 REPEATS = 5

@@ -11,8 +11,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from runner.cli import CONF_DIR
 from runner.config import register_configs
+from runner.config_dirs import CONF_DIR
 from tests.helpers.records import all_runs
 
 register_configs()  # the runner's structured configs, which every composition reads
@@ -32,7 +32,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 def copy_of_the_repository(dest: Path) -> Path:
     """The code and the configs, for commands that must run the code as a document shows it."""
-    for part in ("runner", "plugins", "hydra_plugins", "benchmarks"):
+    for part in ("runner", "plugins", "hydra_plugins", "benchmarks", "conf", "experiments"):
         if (REPOSITORY / part).exists():
             shutil.copytree(REPOSITORY / part, dest / part, symlinks=True)
     return dest
@@ -49,7 +49,7 @@ def compose_job(*overrides: str) -> tuple[DictConfig, dict[str, str | None]]:
 def composed(overrides: tuple[str, ...], cwd: str) -> tuple[DictConfig, dict[str, str | None]]:
     """Hydra's composition, once per set of overrides and folder (./conf is on its search path):
     a third of a second each, and the suite composes the same jobs many times."""
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
