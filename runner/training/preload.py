@@ -15,10 +15,10 @@ the rank. Measured on a data-parallel FFNN job of 2 ranks, 4 steps, run again in
 
 from __future__ import annotations
 
-import gc
 import importlib
 import pkgutil
 
+from runner import collector
 from runner.models.registry import SPECS
 
 MODULES = (
@@ -47,7 +47,7 @@ MODULES = (
 
 
 def preload() -> None:
-    gc.disable()  # as runner/collector.py, while the server imports
+    collector.pause()
     for name in MODULES:
         importlib.import_module(name)
     for spec in SPECS.values():  # each model's folder: its module, config, spec, parallel plan
@@ -57,8 +57,7 @@ def preload() -> None:
     from PIL import Image
 
     Image.init()  # every image plugin: matplotlib's PNG writer would load them at the first save
-    gc.freeze()
-    gc.enable()
+    collector.resume()  # the imports frozen before the server forks
 
 
 preload()
