@@ -17,7 +17,13 @@ import pytest
 
 from runner.cluster import free_port
 from tests.helpers.jobs import QUICK, train
-from tests.helpers.one_node_slurm import Unavailable, one_node_slurm, stragglers, until
+from tests.helpers.one_node_slurm import (
+    Unavailable,
+    cluster_said,
+    one_node_slurm,
+    stragglers,
+    until,
+)
 from tests.helpers.records import all_runs, losses_by_step
 
 SHORT = ["trainer.max_steps=6", *QUICK]
@@ -162,10 +168,15 @@ def test_a_preempted_job_snapshots_is_requeued_and_resumes_in_the_same_run(
     assert submitted.returncode == 0, submitted.stderr
     number = submitted.stdout.strip().split(";")[0]
     printed = lambda: "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))  # noqa: E731
-    assert until(lambda: job_state(env, number) == ("PENDING", 1), 120), printed()
-    # SLURM holds a requeued job for two minutes before it may start again: start it now.
-    subprocess.run(["scontrol", "update", f"jobid={number}", "StartTime=now"], env=env, check=True)
-    assert until(lambda: job_state(env, number)[0] == "COMPLETED", 120), printed()
+    said = lambda: f"{printed()}\n{job_state(env, number)}\n{cluster_said(env)}"  # noqa: E731
+    assert until(lambda: job_state(env, number) == ("PENDING", 1), 120), said()
+    # SLURM holds a requeued job for two minutes before it may start again: start it sooner, but
+    # not within the second its processes were killed in. slurmd refuses a credential issued in
+    # that second as revoked, and SLURM then holds the job for good ("launch failed requeued held").
+    subprocess.run(
+        ["scontrol", "update", f"jobid={number}", "StartTime=now+2"], env=env, check=True
+    )
+    assert until(lambda: job_state(env, number)[0] == "COMPLETED", 120), said()
     assert until(lambda: not stragglers(env["SLURM_CONF"]), 10), stragglers(env["SLURM_CONF"])
     (run,) = [r for r in all_runs(store) if r.data.tags["world_size"] == "2"]
     assert run.info.status == "FINISHED", printed()

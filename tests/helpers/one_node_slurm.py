@@ -125,6 +125,17 @@ def stragglers(conf: str, but: tuple[str, ...] = SERVING) -> list[str]:
     return found
 
 
+def cluster_said(env: dict[str, str], lines: int = 30) -> str:
+    """The last lines of slurmctld's and slurmd's logs: why a job did not start or end."""
+    root = Path(env["SLURM_CONF"]).parent
+    said = []
+    for daemon in ("slurmctld", "slurmd"):
+        log = root / f"{daemon}.log"
+        tail = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+        said += [f"--- {daemon}.log", *tail]
+    return "\n".join(said)
+
+
 def until(done: Callable[[], bool], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while not done():
