@@ -12,8 +12,9 @@ import sys
 from typing import NoReturn
 
 import hydra
+import yaml
 from hydra.errors import HydraException, MissingConfigException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from runner import open_sweep
@@ -24,6 +25,7 @@ from runner.errors import JobFailed, Stopped, SweepJobFailed
 from runner.lifeline import listen_to_ctrl_c
 from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.quiet import quiet_third_parties
+from runner.study_list import RESOLVER, listed
 from runner.validate import ConfigError
 
 EXIT_BAD_INPUT = 2
@@ -49,11 +51,23 @@ def one_line(error: BaseException) -> str:
         options = sorted(o for o in error.options if not o.endswith("_schema"))
         return f"{group}={name}: no such option; available: {', '.join(options)}"
     cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else error
+    said = str(error).splitlines()
+    if cause is error and len(said) > 1 and said[0].rstrip().endswith(":"):
+        # Hydra's "In 'experiment/x': ConfigKeyError raised while composing config:" and,
+        # below it, OmegaConf's reason and the key it names
+        keys = [ln.split(":", 1)[1].strip() for ln in said if ln.strip().startswith("full_key:")]
+        return f"{keys[0]}: {said[1].strip()}" if keys else said[1].strip()
     key = getattr(cause, "full_key", None)
     message = str(cause).splitlines()[0].strip() if str(cause) else type(cause).__name__
     context = str(error).splitlines()[0].strip() if cause is not error else ""
     line = f"{key}: {message}" if key else message
     return f"{line} ({context})" if context and context not in line else line
+
+
+def not_yaml(error: yaml.MarkedYAMLError) -> str:
+    mark = error.problem_mark or error.context_mark
+    where = f"{mark.name}, line {mark.line + 1}" if mark else "a config file"
+    return f"{where}: not valid YAML: {error.problem or error.context}"
 
 
 def fail(message: str) -> NoReturn:
@@ -85,6 +99,7 @@ def main() -> None:
     listen_to_ctrl_c()
     quiet_third_parties()
     register_configs()
+    OmegaConf.register_new_resolver(RESOLVER, listed, replace=True)  # --help's list of studies
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"  # as Hydra reads it: 0 is off
     os.environ["HYDRA_FULL_ERROR"] = "1"
     entry = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(task)
@@ -95,6 +110,11 @@ def main() -> None:
         if full_trace:
             raise
         fail(one_line(error))
+    except yaml.MarkedYAMLError as error:  # a config file of the user's that is not YAML
+        open_sweep.end_failed()
+        if full_trace:
+            raise
+        fail(not_yaml(error))
     except BaseException as error:
         open_sweep.end_failed()  # a sweep that stopped part-way: FAILED, not RUNNING
         if isinstance(error, Preempted):  # asked to stop (runner/preemption.py)

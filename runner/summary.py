@@ -5,6 +5,7 @@ where it is recorded and the command that shows it. On stderr: stdout stays the 
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections.abc import Callable
 
 from mlflow import MlflowClient
@@ -26,6 +27,7 @@ def figures_line(client: MlflowClient, run_id: str, metrics: dict[str, float]) -
     return " | ".join(shown)
 
 
+ANSWER_WIDTH = 100  # a terminal's lines
 UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 # MLflow 3's UI opens an experiment as the browser last chose (GenAI or model training, GenAI at
 # first); this parameter opens it on its training runs whatever the browser chose before.
@@ -60,7 +62,10 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
     print("\n".join(lines + where(tracking_uri, experiment, shown)), file=sys.stderr, flush=True)
 
 
-def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str) -> None:
+def print_sweep_summary(
+    client: MlflowClient, parent_id: str, tracking_uri: str, answer: str | None = None
+) -> None:
+    """How the sweep ended and where it is; last, a study's answer (runner/study_report.py)."""
     parent = client.get_run(parent_id)
     jobs = children(client, parent)
     ended = sorted({c.info.status for c in jobs})
@@ -69,5 +74,10 @@ def print_sweep_summary(client: MlflowClient, parent_id: str, tracking_uri: str)
     lines = [f"sweep {parent.info.run_name} ({parent_id}): {len(jobs)} jobs, {counts}"]
     if jobs:  # runner/comparison.py compared them
         lines += ["  compared on the sweep's run: comparison.md, comparison.csv, comparison.png"]
+    if answer:
+        lines += ["  answered on the sweep's run: report.md, charts/"]
     shown = page(parent.info.experiment_id)  # the parent's row opens onto its jobs
-    print("\n".join(lines + where(tracking_uri, experiment, shown)), file=sys.stderr, flush=True)
+    lines += where(tracking_uri, experiment, shown)
+    if answer:
+        lines += [textwrap.fill(f"answer: {answer}", ANSWER_WIDTH, subsequent_indent="  ")]
+    print("\n".join(lines), file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ from runner.config.faults import check_fault
 from runner.config.hardware import check_hardware, check_profile
 from runner.config.logger import check_tracking
 from runner.config.plan import check_plan
+from runner.config.study import check_study
 from runner.config.trainer import check_precision, check_recompute, check_trainer
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
@@ -81,6 +82,7 @@ def resolve_mesh(cfg: DictConfig) -> Mesh:
     sizes left null (from the processes torchrun or SLURM started, where they did)."""
     check_known_keys(cfg)
     one_of(cfg.mode, "mode", MODES)
+    check_study(cfg.study, cfg)  # a study's names, before the grid's first job runs
     check_hardware(cfg.hardware, cfg.mode == "train")  # the devices asked for exist here
     if external_launcher() == "srun":
         check_srun_tasks(cfg)

@@ -130,6 +130,13 @@ BAD = [
     (["+trainer.lr_warmup=3"], "trainer.lr_warmup: no such key; trainer has: max_steps"),
     (["logger.tracking_uri=ftp://x"], "logger.tracking_uri: ftp://x: no MLflow store"),
     (["-m", "parallel.shard=none,full", "--cfg", "hydra"], "--cfg and --multirun: one at a time"),
+    # A study names keys of the config and metrics of runner/metrics.py, checked before any job
+    (["-m", "+experiment=bubble", "study.figures=[idle_fractoin]"], "study.figures: 'idle_fr"),
+    (["-m", "+experiment=bubble", "study.x=parallel.microbatch"], "study.x: 'parallel.microb"),
+    (["+experiment=bubble", "study.lines=[parallel.shedule]"], "study.lines: 'parallel.shed"),
+    (["+experiment=bubble", "study.predicted.idle_fraction=pred/nope"], "study.predicted.idle_"),
+    (["+experiment=bubble", "study.figures=[idle_fraction]"], "study.predicted: 'bubble_fraction"),
+    (["+experiment=bubble", "+study.colour=red"], "study.colour"),
 ]
 
 
@@ -147,6 +154,26 @@ def test_bad_input_fails_at_once_in_one_line(
     assert lines[0].startswith("error: ") and named in lines[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "mlflow.db").exists()  # no run was opened, so none is left RUNNING
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("study:\n  question: q\n bad: 1\n", "mine.yaml, line 4: not valid YAML"),
+        ("study:\n  question: q\n  colour: red\n", "study.colour: Key 'colour' not in"),
+    ],
+    ids=["not YAML", "a key no study has"],
+)
+def test_a_users_broken_study_fails_in_one_line_naming_it(
+    tmp_path: Path, cli: Callable[..., subprocess.CompletedProcess], text: str, named: str
+) -> None:
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "mine.yaml").write_text(f"# @package _global_\n{text}")
+    done = cli("-m", "+experiment=mine", cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and named in line, line
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "multirun").exists()
 
 
 @pytest.mark.parametrize(("value", "traced"), [("0", False), ("1", True)])
@@ -233,13 +260,20 @@ def test_help_lists_every_option_of_every_group_the_modes_and_examples(
 ) -> None:
     done = cli("--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    folders = {"experiment": EXPERIMENTS_DIR}  # the studies: experiments/, not conf/experiment/
-    for group in ("model", "data", "parallel", "hardware", "trainer", "logger", "experiment"):
-        lines = done.stdout.splitlines()
+    lines = done.stdout.splitlines()
+    for group in ("model", "data", "parallel", "hardware", "trainer", "logger"):
         first = next(i for i, ln in enumerate(lines) if ln.lstrip(" +").startswith(f"{group}: "))
         wrapped = itertools.takewhile(lambda line: line.startswith("    "), lines[first + 1 :])
         text = " ".join([lines[first], *wrapped])
-        for option in sorted(p.stem for p in folders.get(group, CONF_DIR / group).glob("*.yaml")):
+        for option in sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")):
             assert f" {option}" in text, (group, option, text)
+    # The studies, each with the question its file asks, read from experiments/ as it is now
+    first = next(i for i, line in enumerate(lines) if line.startswith("Studies "))
+    listed = " ".join(
+        line.strip() for line in itertools.takewhile(str.strip, lines[first + 1 :])
+    )  # fmt: skip
+    for path in sorted(EXPERIMENTS_DIR.glob("*.yaml")):
+        asked = " ".join(yaml.safe_load(path.read_text())["study"]["question"].split())
+        assert f"{path.stem}: {asked}" in listed, (path.stem, listed)
     assert all(mode in done.stdout for mode in ("train", "example", "plan", "calibrate", "report"))
     assert done.stdout.count("python -m runner ") >= 5 and "_schema" not in done.stdout

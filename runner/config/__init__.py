@@ -20,6 +20,7 @@ from runner.config.hardware import HardwareConfig, LinkConfig
 from runner.config.logger import LoggerConfig
 from runner.config.parallel import ParallelConfig
 from runner.config.plan import PlanConfig, ReportConfig
+from runner.config.study import StudyConfig
 from runner.config.trainer import TrainerConfig
 from runner.errors import require
 from runner.models.registry import SPECS
@@ -46,6 +47,7 @@ class Config:
     dist: DistConfig = field(default_factory=DistConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: str | None = None  # auto (the newest complete snapshot) or a run id
+    study: StudyConfig | None = None  # an experiments/ file's question and what answers it
 
 
 SCHEMAS: dict[str, dict[str, type]] = {

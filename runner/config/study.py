@@ -1,0 +1,58 @@
+"""A study's own block (`study:` in an experiments/ file): the question it asks, what is expected,
+and what answers it: the swept key on the x-axis, the figures compared, and the line each is held
+against. The grid itself stays Hydra's (`hydra.sweeper.params`); runner/study_report.py writes the
+answer on the sweep's parent run. And its rules: every name is a key of the config or a metric the
+runner logs, so a misspelt study fails before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.errors import require
+from runner.metrics import registered
+from runner.study_lines import FORMULAS
+
+
+@dataclass
+class StudyConfig:
+    question: str = ""  # in words: what the study asks (the parent run's description)
+    expects: str = ""  # what the seed or the literature expects, and why
+    x: str | None = None  # the swept key on the charts' x-axis, e.g. parallel.microbatches
+    lines: list[str] = field(default_factory=list)  # other swept keys: a line per value
+    # Metrics of runner/metrics.py (docs/measurement.md): a table column and a chart each
+    figures: list[str] = field(default_factory=list)
+    # figure -> the line to hold it against: a metric of the same run (pred/step_time_s,
+    # bubble_fraction_theory) or a formula of runner/study_lines.py (ideal_scaling, same)
+    predicted: dict[str, str] = field(default_factory=dict)
+
+
+def check_study(study: Any, cfg: DictConfig) -> None:
+    if study is None:
+        return
+    require(bool(study.question), "study.question", "say in words what the study asks")
+    missing = object()
+    for key, name in [("study.x", study.x), *(("study.lines", k) for k in study.lines)]:
+        if name is not None:
+            found = OmegaConf.select(cfg, name, default=missing, throw_on_missing=False)
+            require(found is not missing, key, f"'{name}' is no key of the config")
+    for figure in study.figures:
+        require(
+            registered(figure) is not None,
+            "study.figures",
+            f"'{figure}' is no metric the runner logs (runner/metrics.py, docs/measurement.md)",
+        )
+    for figure, line in study.predicted.items():
+        require(
+            figure in study.figures,
+            "study.predicted",
+            f"'{figure}' is not one of study.figures: {', '.join(study.figures)}",
+        )
+        require(
+            registered(line) is not None or line in FORMULAS,
+            f"study.predicted.{figure}",
+            f"'{line}' is neither a metric the runner logs nor a formula: " + ", ".join(FORMULAS),
+        )

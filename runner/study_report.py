@@ -1,0 +1,362 @@
+"""A study's answer, on its sweep's parent run: report.md (the question, a row per job with each
+figure measured beside its prediction and the difference, in units people read, and a paragraph of
+answer computed from those numbers) and a chart per figure (charts/<figure>.png: the swept key on
+the x-axis, a line per value of the other swept keys, the prediction dashed, the jobs that failed
+or do not fit marked). The study's block (runner/config/study.py) says what to compare.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+
+from runner.metrics import (
+    BYTES,
+    FRACTION,
+    GIB,
+    PLAN_FITS,
+    SECONDS,
+    registered,
+)
+from runner.pictures import Figure
+from runner.study_lines import FORMULAS
+from runner.tracking import children
+
+MISSING = "-"
+
+
+@dataclass(frozen=True)
+class Job:
+    number: int  # the job's #N: its row, and its point's label on a chart
+    run: Run
+    x: str  # the swept key's value, as logged
+    values: tuple[str, ...]  # the other swept keys' values: which line of a chart
+
+    @property
+    def line(self) -> str:
+        return " ".join(self.values)
+
+    @property
+    def status(self) -> str:
+        return self.run.info.status
+
+    @property
+    def fits(self) -> bool | None:
+        """A plan's verdict (its `fits`); None for a job that was not planned."""
+        fits = self.run.data.metrics.get(PLAN_FITS.name)
+        return None if fits is None else fits > 0
+
+    @property
+    def counts(self) -> bool:
+        """Whether its figures answer the question: it finished, and fits where it was planned."""
+        return self.status == "FINISHED" and self.fits is not False
+
+    def measured(self, figure: str) -> float | None:
+        return self.run.data.metrics.get(figure)
+
+    @property
+    def flaw(self) -> str | None:
+        if self.status != "FINISHED":
+            return self.status.lower()
+        return "does not fit" if self.fits is False else None
+
+
+def jobs_of(runs: list[Run], study: Mapping[str, Any]) -> list[Job]:
+    def value(run: Run, key: str | None) -> str:
+        return run.data.params.get(key, MISSING) if key else MISSING
+
+    return [
+        Job(i, run, value(run, study["x"]), tuple(value(run, k) for k in study["lines"]))
+        for i, run in enumerate(runs, 1)
+    ]
+
+
+def numeric(values: Sequence[str]) -> bool:
+    try:
+        [float(v) for v in values]
+    except ValueError:
+        return False
+    return True
+
+
+def ordered(jobs: list[Job]) -> list[Job]:
+    """Along the x-axis: by value where every x is a number, else in the order the jobs ran."""
+    if numeric([j.x for j in jobs]):
+        return sorted(jobs, key=lambda j: float(j.x))
+    return list(jobs)
+
+
+def lines_of(jobs: list[Job]) -> dict[str, list[Job]]:
+    found: dict[str, list[Job]] = {}
+    for job in jobs:
+        found.setdefault(job.line, []).append(job)
+    return {line: ordered(members) for line, members in found.items()}
+
+
+def predictions(jobs: list[Job], figure: str, study: Mapping[str, Any]) -> dict[int, float | None]:
+    """Each job's predicted value of the figure: a metric of its own run, or the formula along its
+    line; none where the study gives no line to hold it against."""
+    line = study["predicted"].get(figure)
+    if line is None:
+        return {}
+    if line not in FORMULAS:
+        return {j.number: j.run.data.metrics.get(line) for j in jobs}
+    out: dict[int, float | None] = {}
+    for members in lines_of(jobs).values():
+        xs = [float(j.x) if numeric([j.x]) else float(i) for i, j in enumerate(members)]
+        values = FORMULAS[line](xs, [j.measured(figure) if j.counts else None for j in members])
+        out |= {j.number: v for j, v in zip(members, values, strict=True)}
+    return out
+
+
+# --- units people read ---
+
+
+@dataclass(frozen=True)
+class Shown:
+    factor: float
+    unit: str
+
+    def __call__(self, value: float | None) -> str:
+        if value is None or math.isnan(value):
+            return MISSING
+        scaled = value * self.factor
+        text = f"{scaled:,.0f}" if abs(scaled) >= 1000 else f"{scaled:.3g}"
+        return f"{text} {self.unit}".rstrip() if self.unit != "%" else f"{text}%"
+
+    def gap(self, value: float | None, signed: bool = True) -> str:
+        """A difference: signed, and in points where the figure is a percentage."""
+        if value is None or math.isnan(value):
+            return MISSING
+        scaled = value * self.factor
+        text = f"{scaled:+.3g}" if signed else f"{scaled:.3g}"
+        return f"{text} pts" if self.unit == "%" else f"{text} {self.unit}".rstrip()
+
+
+def shown_in(figure: str, values: Sequence[float | None]) -> Shown:
+    """The unit a figure reads best in: %, ms or s, kB to GB, GiB; its registered one otherwise."""
+    entry = registered(figure)
+    unit = entry.unit if entry else ""
+    largest = max((abs(v) for v in values if v is not None), default=0.0)
+    if unit == FRACTION:
+        return Shown(100.0, "%")
+    if unit == SECONDS:
+        return Shown(1000.0, "ms") if largest < 1 else Shown(1.0, "s")
+    if unit == BYTES:
+        for name, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if largest >= scale:
+                return Shown(1 / scale, name)
+        return Shown(1.0, "B")
+    if unit == GIB:
+        return Shown(1.0, "GiB")
+    return Shown(1.0, unit)
+
+
+# --- report.md ---
+
+
+def keys_named(study: Mapping[str, Any]) -> str:
+    swept = ", ".join([study["x"] or "", *study["lines"]]).strip(", ")
+    return swept or "the jobs"
+
+
+def table(jobs: list[Job], study: Mapping[str, Any]) -> str:
+    planned = any(j.fits is not None for j in jobs)  # a plan's verdict: a column of its own
+    header = [
+        "job",
+        study["x"] or "run",
+        *study["lines"],
+        "status",
+        *([PLAN_FITS.name] if planned else []),
+    ]
+    cells: list[list[str]] = [
+        [f"#{j.number}", j.x if study["x"] else str(j.run.info.run_name), *j.values, j.status]
+        + ([{None: MISSING, True: "yes", False: "**no**"}[j.fits]] if planned else [])
+        for j in jobs
+    ]
+    for figure in study["figures"]:
+        predicted = predictions(jobs, figure, study)
+        measured = [j.measured(figure) for j in jobs]
+        shown = shown_in(figure, measured + list(predicted.values()))
+        header.append(f"{figure} ({shown.unit})" if shown.unit else figure)
+        for row, job in zip(cells, jobs, strict=True):
+            row.append(shown(job.measured(figure)))
+        if predicted:
+            header += [f"predicted: {study['predicted'][figure]}", "difference"]
+            for row, job in zip(cells, jobs, strict=True):
+                guess, got = predicted.get(job.number), job.measured(figure)
+                gap = None if guess is None or got is None else got - guess
+                row += [shown(guess), shown.gap(gap)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    return "\n".join(lines)
+
+
+# --- the answer, in words ---
+
+
+def points_of(figure: str, members: list[Job]) -> list[tuple[str, float]]:
+    """A line's measured points that answer the question, in the order of x."""
+    got = [(j.x, j.measured(figure)) for j in members if j.counts]
+    return [(at, value) for at, value in got if value is not None]
+
+
+def span(points: list[tuple[str, float]], x: str) -> str:
+    """Where along x a line's points lie: "as parallel.microbatches goes 2 → 8"."""
+    if len(points) == 1:
+        return f"at {x}={points[0][0]}"
+    if numeric([at for at, _ in points]):
+        return f"as {x} goes {points[0][0]} → {points[-1][0]}"
+    return f"over {x}"
+
+
+def trend(points: list[tuple[str, float]], x: str, shown: Shown) -> str:
+    """How a line moves: "falls from 43% to 11%", or where it is lowest and highest."""
+    if len(points) == 1:
+        return f"is {shown(points[0][1])}"
+    if numeric([at for at, _ in points]):
+        first, last = shown(points[0][1]), shown(points[-1][1])
+        if first == last:
+            return f"stays at {first}"
+        return f"{'rises' if points[-1][1] > points[0][1] else 'falls'} from {first} to {last}"
+    low = min(points, key=lambda p: p[1])
+    high = max(points, key=lambda p: p[1])
+    lowest, highest = f"{x}={low[0]} ({shown(low[1])})", f"{x}={high[0]} ({shown(high[1])})"
+    return f"is lowest at {lowest} and highest at {highest}"
+
+
+def agreement(figure: str, jobs: list[Job], study: Mapping[str, Any], shown: Shown) -> str | None:
+    """How far the measurement is from its line: "bubble_fraction_theory within 3 pts at every
+    point"."""
+    predicted = predictions(jobs, figure, study)
+    pairs = [(j.measured(figure), predicted.get(j.number)) for j in jobs if j.counts]
+    gaps = [abs(got - guess) for got, guess in pairs if got is not None and guess is not None]
+    if not gaps:
+        return None
+    where = "at every point" if len(gaps) == len(pairs) else f"at the {len(gaps)} points it has"
+    return f"{study['predicted'][figure]} within {shown.gap(max(gaps), signed=False)} {where}"
+
+
+def sentence(figure: str, jobs: list[Job], study: Mapping[str, Any]) -> str | None:
+    """ "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: gpipe falls from 67% to
+    56%, 1f1b ...; bubble_fraction_theory within 53 pts at every point." """
+    x = study["x"] or "job"
+    shown = shown_in(figure, [j.measured(figure) for j in jobs])
+    lines = {line: points_of(figure, members) for line, members in lines_of(jobs).items()}
+    lines = {line: points for line, points in lines.items() if points}
+    if not lines:
+        return None
+    spans = {span(points, x) for points in lines.values()}
+    shared = spans.pop() if len(spans) == 1 else None
+    moves = [
+        " ".join(filter(None, (line, trend(points, x, shown), None if shared else span(points, x))))
+        for line, points in lines.items()
+    ]
+    agreed = agreement(figure, jobs, study, shown)
+    head = f"{figure}, {shared}: " if shared else f"{figure}: "
+    return head + ", ".join(moves) + (f"; {agreed}" if agreed else "") + "."
+
+
+def answer(jobs: list[Job], study: Mapping[str, Any]) -> str:
+    """One paragraph, every number in it read from the runs."""
+    said = [s for s in (sentence(f, jobs, study) for f in study["figures"]) if s]
+    x = study["x"] or "job"
+    flawed = [j for j in jobs if j.flaw]
+    for flaw in sorted({j.flaw for j in flawed if j.flaw}):
+        which = [j for j in flawed if j.flaw == flaw]
+        named = ", ".join(f"#{j.number} ({x}={j.x}{' ' + j.line if j.line else ''})" for j in which)
+        said.append(f"{len(which)} of {len(jobs)} jobs {flaw_verb(flaw)}: {named}.")
+    return " ".join(said) or "No job of the study finished with its figures."
+
+
+def flaw_verb(flaw: str) -> str:
+    return "do not fit" if flaw == "does not fit" else f"ended {flaw.upper()}"
+
+
+def report(jobs: list[Job], study: Mapping[str, Any], said: str) -> str:
+    parts = [f"# {study['question']}"]
+    parts += [f"Expected: {study['expects']}"] if study["expects"] else []
+    parts += [f"Swept: {keys_named(study)}; {len(jobs)} jobs.", "## Answer", said]
+    parts += ["## Jobs", table(jobs, study)]
+    if study["figures"]:
+        charts = ", ".join(f"charts/{chart_name(f)}" for f in study["figures"])
+        parts.append(f"Charts: {charts}.")
+    return "\n\n".join(parts) + "\n"
+
+
+# --- the charts ---
+
+FLAW_COLOR = "#C44E52"
+
+
+def chart_name(figure: str) -> str:
+    return figure.replace("/", "_") + ".png"
+
+
+def chart(jobs: list[Job], figure: str, study: Mapping[str, Any]) -> Figure:
+    """The figure along x: a line per value of the other swept keys, the prediction dashed, the
+    jobs that failed or do not fit as red crosses named on the chart."""
+    predicted = predictions(jobs, figure, study)
+    shown = shown_in(figure, [j.measured(figure) for j in jobs] + list(predicted.values()))
+    on_numbers = numeric([j.x for j in jobs])
+    positions = {x: i for i, x in enumerate(dict.fromkeys(j.x for j in ordered(jobs)))}
+    at = (lambda j: float(j.x)) if on_numbers else (lambda j: float(positions[j.x]))
+    fig = Figure(figsize=(7, 4.5), layout="tight")
+    ax = fig.add_subplot()
+    for i, (line, members) in enumerate(lines_of(jobs).items()):
+        color = f"C{i}"
+        ok = [j for j in members if j.counts and j.measured(figure) is not None]
+        label = line.strip(MISSING + " ") or "measured"
+        ys = [j.measured(figure) * shown.factor for j in ok]  # type: ignore[operator]
+        ax.plot([at(j) for j in ok], ys, marker="o", color=color, label=label)
+        guessed = [j for j in members if predicted.get(j.number) is not None]
+        if guessed:
+            ax.plot(
+                [at(j) for j in guessed],
+                [predicted[j.number] * shown.factor for j in guessed],  # type: ignore[operator]
+                linestyle="--",
+                color=color,
+                label=f"{label}: {study['predicted'][figure]}",
+            )
+    bottom = ax.get_ylim()[0]
+    for job in [j for j in jobs if j.flaw]:
+        value = job.measured(figure)
+        y = bottom if value is None else value * shown.factor
+        ax.plot([at(job)], [y], marker="x", markersize=10, color=FLAW_COLOR, linestyle="none")
+        ax.annotate(f"#{job.number} {job.flaw}", (at(job), y), fontsize=7, color=FLAW_COLOR,
+                    xytext=(4, 4), textcoords="offset points")  # fmt: skip
+    if on_numbers:  # the swept values, not matplotlib's round numbers between them
+        xs = sorted({float(j.x) for j in jobs})
+        if xs[0] > 0 and xs[-1] / xs[0] >= 8:
+            ax.set_xscale("log", base=2)  # 1, 2, 4, 8: evenly spaced, as they were chosen
+        ax.set_xticks(xs, sorted({j.x for j in jobs}, key=float))
+        ax.minorticks_off()
+    else:
+        ax.set_xticks(list(positions.values()), list(positions), fontsize=8, rotation=20)
+    if ax.get_ylim()[0] > 0:
+        ax.set_ylim(bottom=0)  # a fall from 60 to 55 looks as small as it is
+    ax.set_xlabel(study["x"] or "job")
+    ax.set_ylabel(f"{figure} ({shown.unit})" if shown.unit else figure)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(textwrap.fill(study["question"], 80), fontsize=9)
+    return fig
+
+
+def log_study(client: MlflowClient, parent_id: str, study: Mapping[str, Any]) -> str | None:
+    """Write the study's answer on its parent run; the paragraph (None for a sweep of no job)."""
+    runs = children(client, client.get_run(parent_id))
+    if not runs:
+        return None
+    jobs = jobs_of(runs, study)
+    said = answer(jobs, study)
+    client.log_text(parent_id, report(jobs, study, said), "report.md")
+    for figure in study["figures"]:
+        client.log_figure(parent_id, chart(jobs, figure, study), f"charts/{chart_name(figure)}")
+    return said

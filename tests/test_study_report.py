@@ -1,0 +1,89 @@
+"""A study's answer on its sweep's parent run (runner/study_report.py), from jobs whose figures are
+known: the paragraph's numbers are the runs', a prediction is held against each, and the jobs that
+failed or do not fit are named, in the table, the charts and the terminal's last lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from matplotlib.image import imread
+from mlflow import MlflowClient
+from omegaconf import OmegaConf
+
+from runner.config.study import StudyConfig
+from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, PLAN_FITS, THROUGHPUT
+from runner.sweep_run import end_parent, start_parent
+from runner.tracking import NESTED_TAG
+
+STUDY = StudyConfig(
+    question="How does the bubble fall with micro-batches?",
+    expects="(p - 1) / (m + p - 1)",
+    x="parallel.microbatches",
+    lines=["parallel.schedule"],
+    figures=[BUBBLE_MEASURED.name, THROUGHPUT.name],
+    predicted={BUBBLE_MEASURED.name: BUBBLE_THEORY.name, THROUGHPUT.name: "ideal_scaling"},
+)
+# (micro-batches, status, measured bubble, theory, samples/s, fits)
+JOBS = [
+    (2, "FINISHED", 0.40, 1 / 3, 100.0, None),
+    (4, "FINISHED", 0.25, 1 / 5, 150.0, None),
+    (8, "FINISHED", 0.15, 1 / 9, 200.0, None),
+    (16, "FAILED", None, 1 / 17, None, None),
+    (32, "FINISHED", 0.01, 1 / 33, 900.0, 0.0),
+]
+
+
+def test_the_answer_table_and_charts_are_the_jobs_own_numbers(
+    seeded: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    parent = start_parent(seeded, "studies", "sweep: bubble", OmegaConf.structured(STUDY))
+    client = MlflowClient(seeded)
+    experiment = client.get_experiment_by_name("studies").experiment_id
+    for m, status, bubble, theory, samples, fits in JOBS:
+        run = client.create_run(experiment, tags={NESTED_TAG: parent.run_id}).info.run_id
+        client.log_param(run, "parallel.microbatches", m)
+        client.log_param(run, "parallel.schedule", "gpipe")
+        figures = {
+            BUBBLE_MEASURED.name: bubble,
+            BUBBLE_THEORY.name: theory,
+            THROUGHPUT.name: samples,
+        }
+        figures |= {PLAN_FITS.name: fits}
+        for key, value in figures.items():
+            if value is not None:
+                client.log_metric(run, key, value)
+        client.set_terminated(run, status)
+    end_parent("FINISHED")
+    printed = capsys.readouterr().err.splitlines()
+
+    said = (
+        "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: gpipe falls from 40% to"
+        " 15%; bubble_fraction_theory within 6.67 pts at every point."
+        " throughput_samples_per_s, as parallel.microbatches goes 2 → 8: gpipe rises from 100"
+        " samples/s to 200 samples/s; ideal_scaling within 200 samples/s at every point."
+        " 1 of 5 jobs do not fit: #5 (parallel.microbatches=32 gpipe)."
+        " 1 of 5 jobs ended FAILED: #4 (parallel.microbatches=16 gpipe)."
+    )
+    run = client.get_run(parent.run_id)
+    assert run.data.tags["mlflow.note.content"] == STUDY.question
+    report = Path(client.download_artifacts(parent.run_id, "report.md")).read_text()
+    assert report.startswith(f"# {STUDY.question}\n\nExpected: {STUDY.expects}\n")
+    assert f"## Answer\n\n{said}\n" in report
+    rows = [line for line in report.splitlines() if line.startswith("| #")]
+    assert rows[0] == (
+        "| #1 | 2 | gpipe | FINISHED | - | 40% | 33.3% | +6.67 pts | 100 samples/s"
+        " | 100 samples/s | +0 samples/s |"
+    )
+    assert rows[3].startswith("| #4 | 16 | gpipe | FAILED | - | - | 5.88% | - |")
+    assert rows[4].startswith("| #5 | 32 | gpipe | FINISHED | **no** | 1% |")
+    charts = {a.path for a in client.list_artifacts(parent.run_id, "charts")}
+    assert charts == {"charts/bubble_fraction_measured.png", "charts/throughput_samples_per_s.png"}
+    picture = imread(
+        client.download_artifacts(parent.run_id, "charts/bubble_fraction_measured.png")
+    )
+    assert picture.shape[0] > 300 and picture.shape[1] > 500
+    # The terminal's summary ends with the same paragraph
+    start = next(i for i, line in enumerate(printed) if line.startswith("answer: "))
+    assert " ".join(line.strip() for line in printed[start:]) == f"answer: {said}"
