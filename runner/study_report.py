@@ -26,7 +26,7 @@ from runner.metrics import (
 )
 from runner.pictures import Figure
 from runner.study_lines import FORMULAS
-from runner.tracking import children
+from runner.tracking import children, option_tag
 
 MISSING = "-"
 
@@ -37,10 +37,13 @@ class Job:
     run: Run
     x: str  # the swept key's value, as logged
     values: tuple[str, ...]  # the other swept keys' values: which line of a chart
+    keys: tuple[str, ...]  # those keys
 
     @property
     def line(self) -> str:
-        return " ".join(self.values)
+        """ "pp=8 microbatches=32": each key by its last part, as short as still says what."""
+        pairs = zip(self.keys, self.values, strict=True)
+        return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in pairs)
 
     @property
     def status(self) -> str:
@@ -69,10 +72,21 @@ class Job:
 
 def jobs_of(runs: list[Run], study: Mapping[str, Any]) -> list[Job]:
     def value(run: Run, key: str | None) -> str:
-        return run.data.params.get(key, MISSING) if key else MISSING
+        """A key's value as the job logged it; a config group's option (parallel) as tagged."""
+        if key is None:
+            return MISSING
+        tags = run.data.tags
+        found = run.data.params.get(key) or tags.get(option_tag(key)) or tags.get(key)
+        return found or MISSING
 
     return [
-        Job(i, run, value(run, study["x"]), tuple(value(run, k) for k in study["lines"]))
+        Job(
+            i,
+            run,
+            value(run, study["x"]),
+            tuple(value(run, k) for k in study["lines"]),
+            tuple(study["lines"]),
+        )
         for i, run in enumerate(runs, 1)
     ]
 
@@ -123,19 +137,25 @@ class Shown:
     factor: float
     unit: str
 
-    def __call__(self, value: float | None) -> str:
+    def __call__(self, value: float | None, unit: bool = True) -> str:
+        """The value in this unit; without it where a table's heading says it."""
         if value is None or math.isnan(value):
             return MISSING
         scaled = value * self.factor
         text = f"{scaled:,.0f}" if abs(scaled) >= 1000 else f"{scaled:.3g}"
+        if not unit:
+            return text
         return f"{text} {self.unit}".rstrip() if self.unit != "%" else f"{text}%"
 
-    def gap(self, value: float | None, signed: bool = True) -> str:
+    def gap(self, value: float | None, signed: bool = True, unit: bool = True) -> str:
         """A difference: signed, and in points where the figure is a percentage."""
         if value is None or math.isnan(value):
             return MISSING
         scaled = value * self.factor
-        text = f"{scaled:+.3g}" if signed else f"{scaled:.3g}"
+        text = f"{scaled:,.0f}" if abs(scaled) >= 1000 else f"{scaled:.3g}"
+        text = f"+{text}" if signed and scaled >= 0 else text
+        if not unit:
+            return text
         return f"{text} pts" if self.unit == "%" else f"{text} {self.unit}".rstrip()
 
 
@@ -186,13 +206,14 @@ def table(jobs: list[Job], study: Mapping[str, Any]) -> str:
         shown = shown_in(figure, measured + list(predicted.values()))
         header.append(f"{figure} ({shown.unit})" if shown.unit else figure)
         for row, job in zip(cells, jobs, strict=True):
-            row.append(shown(job.measured(figure)))
+            row.append(shown(job.measured(figure), unit=False))
         if predicted:
-            header += [f"predicted: {study['predicted'][figure]}", "difference"]
+            gaps = "difference (pts)" if shown.unit == "%" else "difference"
+            header += [f"predicted: {study['predicted'][figure]}", gaps]
             for row, job in zip(cells, jobs, strict=True):
                 guess, got = predicted.get(job.number), job.measured(figure)
                 gap = None if guess is None or got is None else got - guess
-                row += [shown(guess), shown.gap(gap)]
+                row += [shown(guess, unit=False), shown.gap(gap, unit=False)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
     return "\n".join(lines)
@@ -227,6 +248,8 @@ def trend(points: list[tuple[str, float]], x: str, shown: Shown) -> str:
         return f"{'rises' if points[-1][1] > points[0][1] else 'falls'} from {first} to {last}"
     low = min(points, key=lambda p: p[1])
     high = max(points, key=lambda p: p[1])
+    if shown(low[1]) == shown(high[1]):
+        return f"is {shown(low[1])} at every {x}"
     lowest, highest = f"{x}={low[0]} ({shown(low[1])})", f"{x}={high[0]} ({shown(high[1])})"
     return f"is lowest at {lowest} and highest at {highest}"
 
@@ -240,7 +263,8 @@ def agreement(figure: str, jobs: list[Job], study: Mapping[str, Any], shown: Sho
     if not gaps:
         return None
     where = "at every point" if len(gaps) == len(pairs) else f"at the {len(gaps)} points it has"
-    return f"{study['predicted'][figure]} within {shown.gap(max(gaps), signed=False)} {where}"
+    close = "exactly" if max(gaps) == 0 else f"within {shown.gap(max(gaps), signed=False)}"
+    return f"{study['predicted'][figure]} {close} {where}"
 
 
 def sentence(figure: str, jobs: list[Job], study: Mapping[str, Any]) -> str | None:
@@ -263,15 +287,41 @@ def sentence(figure: str, jobs: list[Job], study: Mapping[str, Any]) -> str | No
     return head + ", ".join(moves) + (f"; {agreed}" if agreed else "") + "."
 
 
+def named(job: Job, x: str) -> str:
+    return f"#{job.number} ({x}={job.x}{' ' + job.line if job.line else ''})"
+
+
+def best(jobs: list[Job], study: Mapping[str, Any]) -> str | None:
+    """ "The lowest cost_usd of the jobs that finished and fit: #7 (parallel.tp=8 16 32), 4.1e6
+    USD." """
+    if not study.get("best"):
+        return None
+    how, _, figure = study["best"].partition(" ")
+    ranked = [j for j in jobs if j.counts and j.measured(figure) is not None]
+    if not ranked:
+        return None
+    pick = (min if how == "lowest" else max)(ranked, key=lambda j: j.measured(figure) or 0.0)
+    shown = shown_in(figure, [j.measured(figure) for j in ranked])
+    which = "finished and fit" if any(j.fits is not None for j in jobs) else "finished"
+    value = shown(pick.measured(figure))
+    return (
+        f"The {how} {figure} of the jobs that {which}: {named(pick, study['x'] or 'job')}, {value}."
+    )
+
+
 def answer(jobs: list[Job], study: Mapping[str, Any]) -> str:
     """One paragraph, every number in it read from the runs."""
     said = [s for s in (sentence(f, jobs, study) for f in study["figures"]) if s]
+    said += [b for b in [best(jobs, study)] if b]
     x = study["x"] or "job"
     flawed = [j for j in jobs if j.flaw]
     for flaw in sorted({j.flaw for j in flawed if j.flaw}):
         which = [j for j in flawed if j.flaw == flaw]
-        named = ", ".join(f"#{j.number} ({x}={j.x}{' ' + j.line if j.line else ''})" for j in which)
-        said.append(f"{len(which)} of {len(jobs)} jobs {flaw_verb(flaw)}: {named}.")
+        said.append(
+            f"{len(which)} of {len(jobs)} jobs {flaw_verb(flaw)}: "
+            + ", ".join(named(j, x) for j in which)
+            + "."
+        )
     return " ".join(said) or "No job of the study finished with its figures."
 
 

@@ -35,6 +35,14 @@ from runner.mesh import mesh_of
 PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
 PARENT_URI_ENV = "RUNNER_MLFLOW_PARENT_URI"
 OWNER_TAG = "runner.owner"  # host:pid:start of the process that holds the run open
+
+
+def option_tag(group: str) -> str:
+    """The tag of a config group's chosen option where the group's own tag says something else."""
+    return f"{group}_option"
+
+
+PARALLEL_OPTION_TAG = option_tag("parallel")
 NESTED_TAG = "mlflow.parentRunId"  # what the MLflow UI nests children by
 
 
@@ -187,6 +195,8 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
         "model": choices["model"],
         "data": choices.get("data"),
         "parallel": mesh_of(cfg).layout,
+        # The preset chosen (dp_tp, fsdp_tp): two presets can run the same layout
+        PARALLEL_OPTION_TAG: choices.get("parallel"),
         "hardware": choices["hardware"],
         "world_size": str(world_size),
         "mode": cfg.mode,

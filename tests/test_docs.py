@@ -44,7 +44,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 RUNNER = ("python", "-m", "runner")
 # Sections that another test runs: tests/test_extending.py writes the toy model before its commands.
-COVERED_ELSEWHERE = {"extending.md": "## Add a model"}
+# tests/test_studies.py runs the studies.
+COVERED_ELSEWHERE = {"extending.md": "## Add a model", "studies.md": "## The studies"}
 # Appended to each command, unless it sets the key itself (Hydra keeps the last value of a key).
 SHORTEN = [
     "trainer.max_steps=3",

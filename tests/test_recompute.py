@@ -1,6 +1,7 @@
 """Activation recomputation (trainer.recompute): the same losses as without it in every layout,
-the bytes autograd holds for backward against the planner's count, the peak memory a run
-measures against the predicted drop, and tensor parallelism's extra all-reduces, exactly."""
+the bytes autograd holds for backward against the planner's count, and tensor parallelism's
+extra all-reduces, exactly. The peak a run measures against the predicted drop: the recompute
+study (tests/test_studies.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from runner.training.rank import build_model
 from runner.validate import validate
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
-from tests.helpers.processes import run_cli
 from tests.helpers.records import all_runs, loss_series, losses_by_step
 
 MODES = ("full", "selective")
@@ -133,30 +133,6 @@ def test_the_planner_counts_what_autograd_holds_for_backward() -> None:
     measured, planned = measure(*ffnn), planned_activations(*ffnn)
     for mode, held in measured.items():
         assert held == pytest.approx(planned[mode], rel=0.02), mode
-
-
-def peak(store: str, tmp_path: Path, mode: str, *job: str) -> dict[str, float]:
-    done = run_cli(*job, *QUICK, f"trainer.recompute={mode}", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (run,) = [r for r in all_runs(store) if r.data.params["trainer.recompute"] == mode]
-    return run.data.metrics
-
-
-@pytest.mark.slow
-def test_recomputation_lowers_the_peak_as_the_planner_predicts(store: str, tmp_path: Path) -> None:
-    # A decoder whose activations outweigh its weights and the runtime: 4 blocks, batch 64.
-    # Each run in a process of its own: a process keeps the memory an earlier run freed, and a
-    # later run there grows its resident size less.
-    job = ["model.n_layers=4", "data.batch_size=64", "trainer.max_steps=4", *STEPS[2:]]
-    runs = {mode: peak(store, tmp_path, mode, *job) for mode in ("none", "full")}
-    measured = {mode: m["peak_memory_gib"] for mode, m in runs.items()}
-    predicted = {mode: m["pred/peak_memory_gib"] for mode, m in runs.items()}
-    drop = measured["none"] - measured["full"]
-    planned = predicted["none"] - predicted["full"]
-    # Measured here: 0.09 to 0.11 GiB of 0.12 predicted (0.75 to 0.93), over peaks of 0.32 to
-    # 0.43 GiB that the planner under-predicts by about 0.2 (autograd's temporaries, the logits'
-    # gradients, the allocator: docs/planner.md). Selective: 0.04 to 0.06 of 0.04 (1.1 to 1.6).
-    assert 0.5 < drop / planned < 2, (drop, planned)
 
 
 def comm(run: object) -> tuple[float, float]:

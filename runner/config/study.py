@@ -28,6 +28,11 @@ class StudyConfig:
     # figure -> the line to hold it against: a metric of the same run (pred/step_time_s,
     # bubble_fraction_theory) or a formula of runner/study_lines.py (ideal_scaling, same)
     predicted: dict[str, str] = field(default_factory=dict)
+    # "lowest cost_usd" or "highest mfu": the answer names the job that does best by one figure
+    best: str | None = None
+
+
+BEST = ("lowest", "highest")
 
 
 def check_study(study: Any, cfg: DictConfig) -> None:
@@ -44,6 +49,13 @@ def check_study(study: Any, cfg: DictConfig) -> None:
             registered(figure) is not None,
             "study.figures",
             f"'{figure}' is no metric the runner logs (runner/metrics.py, docs/measurement.md)",
+        )
+    if study.best is not None:
+        how, _, figure = study.best.partition(" ")
+        require(
+            how in BEST and figure in study.figures,
+            "study.best",
+            f"'{study.best}': 'lowest' or 'highest', then one of study.figures",
         )
     for figure, line in study.predicted.items():
         require(
