@@ -1,7 +1,8 @@
 """What a person sees: `mlflow ui` on a sweep's store, opened in headless Chromium (Debian's
 `chromium`, driven by Playwright), at the page the sweep's summary prints. The checks read the
-rendered page: the parent's row opens onto its jobs, the parent's comparison shows each job's
-figures, a job's `train_loss` chart draws one point per step."""
+rendered page: the parent's row opens onto its jobs, the parent of a study (experiments/) shows its
+question as description, its answer (report.md) and a chart per figure in its Artifacts, its
+comparison each job's figures, and a job's `train_loss` chart draws one point per step."""
 
 from __future__ import annotations
 
@@ -50,21 +51,23 @@ def page() -> Iterator:
             browser.close()
 
 
-def test_the_ui_shows_a_sweep_its_comparison_and_a_jobs_loss_chart(
+def test_the_ui_shows_a_studys_answer_its_comparison_and_a_jobs_loss_chart(
     page,
     tmp_path: Path,
     cli: Cli,
     seeded: str,
 ) -> None:
-    sweep = ["-m", "model=neuron,ffnn", f"trainer.max_steps={STEPS}", *QUICK]
-    done = cli(*sweep, cwd=tmp_path)
+    study = ["+experiment=bubble", "parallel.schedule=gpipe", "parallel.microbatches=2,4"]
+    done = cli("-m", *study, f"trainer.max_steps={STEPS}", *QUICK, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    shown_at = done.stderr.splitlines()[-1].removeprefix("  then open http://127.0.0.1:5000")
+    said = done.stderr.splitlines()
+    opened = [line for line in said if line.startswith("  then open http://127.0.0.1:5000")]
+    shown_at = opened[-1].removeprefix("  then open http://127.0.0.1:5000")
     assert shown_at.startswith("/#/experiments/"), done.stderr[-500:]
     store = seeded
     runs = all_runs(store)
     (parent,) = [r for r in runs if r.data.tags.get("mode") == "sweep"]
-    jobs = [r for r in runs if r is not parent]
+    jobs = sorted((r for r in runs if r is not parent), key=lambda r: r.info.start_time)
     with mlflow_serving("ui", store, cwd=tmp_path) as url:
         # The experiment's runs, the sweep's parent on a row of its own; opened, its jobs.
         page.goto(url + shown_at)
@@ -73,22 +76,35 @@ def test_the_ui_shows_a_sweep_its_comparison_and_a_jobs_loss_chart(
         page.locator('button[data-component-id*="runnamecellrenderer"]').first.click()
         for job in jobs:
             page.get_by_text(job.info.run_name, exact=True).wait_for()
-        # The parent's comparison, a row per job with its final loss; its chart drawn.
-        page.goto(f"{url}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
-                  "/artifacts?workflowType=machine_learning")  # fmt: skip
+        # The study's parent: its question as the Overview's description
+        run_page = f"{url}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+        page.goto(f"{run_page}?workflowType=machine_learning")
+        question = parent.data.tags["mlflow.note.content"]
+        assert question.startswith("How does the pipeline bubble fall")
+        page.get_by_text(question).first.wait_for()
+        # Its Artifacts: the answer in report.md, rendered, as the terminal printed it
+        page.goto(f"{run_page}/artifacts?workflowType=machine_learning")
+        page.get_by_text("report.md").click()
+        start = max(i for i, line in enumerate(said) if line.startswith("answer: "))
+        answer = " ".join(line.strip() for line in said[start:]).removeprefix("answer: ")
+        page.get_by_role("heading", name="Answer").wait_for()
+        page.get_by_text(answer[:60]).first.wait_for()
+        # ... and a chart per figure, in charts/
+        page.get_by_text("charts", exact=True).click()
+        page.get_by_text("bubble_fraction_measured.png").click()
+        chart = page.get_by_alt_text("bubble_fraction_measured.png")
+        chart.wait_for()
+        assert chart.evaluate("img => img.complete && img.naturalWidth") >= 600
+        # The comparison, a row per job with its final loss
         page.get_by_text("comparison.md").click()
         rows = page.get_by_role("row").filter(has=page.get_by_role("cell"))  # rendered as a table
         rows.nth(len(jobs) - 1).wait_for()
         cells = [row.get_by_role("cell").all_inner_texts() for row in rows.all()]
-        by_model = {row[1]: row for row in cells}  # the sweep's jobs differ by model alone
-        for job in jobs:
+        by_number = {row[0]: row for row in cells}  # #N: the N-th job to start
+        for number, job in enumerate(jobs, 1):
             losses = MlflowClient(store).get_metric_history(job.info.run_id, "train_loss")
             final = max(losses, key=lambda m: m.step).value
-            assert by_model[job.data.tags["model"]][2:4] == ["FINISHED", f"{final:.4f}"], cells
-        page.get_by_text("comparison.png").click()
-        chart = page.get_by_alt_text("comparison.png")
-        chart.wait_for()
-        assert chart.evaluate("img => img.complete && img.naturalWidth") >= 600
+            assert by_number[str(number)][2:4] == ["FINISHED", f"{final:.4f}"], cells
         # A job's train_loss chart: one point per step.
         job = jobs[0]
         page.goto(f"{url}/#/experiments/{job.info.experiment_id}/runs/{job.info.run_id}"
