@@ -34,6 +34,8 @@ PARTS = {
     "precision": "fp32|tf32|bf16|fp16",
     "link": "all_reduce|p2p",
     "figure": ".+",  # a measured figure with a prediction: checked in `matches`
+    "node": r"node_\d+",  # a node of a job on several: MLflow's node id
+    "system": r"[a-z][a-z0-9_]*",  # MLflow's names: cpu_utilization_percentage, gpu_0_...
 }
 PLACEHOLDER = re.compile(r"<(\w+)>")
 
@@ -54,6 +56,7 @@ EXAMPLE = "runner.modes.example"
 PLAN = "runner.modes.plan"
 CALIBRATE = "runner.modes.calibrate"
 REPORT = "runner.modes.report"
+SYSTEM = "mlflow.system_metrics"  # through runner.training.callbacks.system_metrics
 
 
 @dataclass(frozen=True)
@@ -259,6 +262,15 @@ PRED_RING_BYTES = entry(
 )
 BUBBLE_THEORY = entry(
     "bubble_fraction_theory", FRACTION, "(p - 1) / (v*m + p - 1): the pipeline's bubble", PLANNER
+)
+
+# --- training: MLflow's system metrics, one series per node (logger.system_metrics) ---
+
+SYSTEM_METRIC = entry(
+    "system/<system>", "", "MLflow's CPU, memory, disk, network (and GPU) sample", SYSTEM
+)
+SYSTEM_METRIC_OF_NODE = entry(
+    "system/<node>/<system>", "", "the same, of one node of a job on several", SYSTEM
 )
 
 # --- training: a failed job's lost work ---

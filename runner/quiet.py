@@ -1,7 +1,8 @@
 """The terminal shows the runner's own lines and real warnings, not third parties' noise: Lightning
 advertises a logging service and its hardware summary on every run, warns that `srun` exists on a
 machine that has SLURM installed, and calls a torch API that torch deprecates (Lightning's
-`_pytree`, not the user's code). Each is dropped by its exact text; anything else still shows.
+`_pytree`, not the user's code); MLflow says when it starts and stops sampling system metrics.
+Each is dropped by its exact text (MLflow's by its level); anything else still shows.
 """
 
 from __future__ import annotations
@@ -34,5 +35,7 @@ def quiet_third_parties() -> None:
     """In the launcher before Hydra composes, and in every rank before Lightning's Trainer (one
     process can be both: calling it again adds nothing)."""
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(LIGHTNING_FILTER)
+    # "Started monitoring system metrics." and its like, on every run: its warnings still show
+    logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
     for message in WARNINGS:
         warnings.filterwarnings("ignore", message=message)

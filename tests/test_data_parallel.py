@@ -190,6 +190,9 @@ def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(
     (run,) = all_runs(uri)  # one run, opened by global rank 0 only
     assert (run.info.status, run.data.tags["world_size"]) == ("FINISHED", "2")
     assert len(loss_series(uri, run.info.run_id)) == 10
+    # MLflow's system metrics, one series per node: node 1's first rank was handed the run
+    sampled = {k.split("/")[1] for k in run.data.metrics if k.startswith("system/")}
+    assert sampled == {"node_0", "node_1"}, sampled
     snapshots = complete(tmp_path / "snapshots" / run.info.run_id)
     assert [p.name for p in snapshots] == ["step_00000005", "step_00000010"]
 

@@ -98,7 +98,8 @@ def test_a_logged_key_matches_its_pattern(key: str, pattern: str) -> None:
 # A value each placeholder may take, to make a concrete key of every pattern.
 SAMPLES = {"dim": "tp", "r": "12", "collective": "reduce_scatter", "component": "attention",
            "memory_part": "optimizer_state", "time_part": "bubble", "precision": "bf16",
-           "link": "p2p", "figure": "comm_bytes_per_step/pp"}  # fmt: skip
+           "link": "p2p", "figure": "comm_bytes_per_step/pp", "node": "node_1",
+           "system": "cpu_utilization_percentage"}  # fmt: skip
 
 
 def test_every_entry_matches_its_concrete_keys() -> None:

@@ -125,6 +125,18 @@ def test_a_failure_mid_run_marks_it_failed_and_keeps_what_was_logged(store, monk
     assert run.info.status == "FAILED"
     assert len(loss_series(store, run.info.run_id)) == 5
     assert_registered(run)  # the lost work's figures among them
+    assert "system/cpu_utilization_percentage" in run.data.metrics  # sampled until it failed
+
+
+def test_mlflow_samples_the_node_while_it_trains_unless_told_not_to(store: str) -> None:
+    """MLflow's system metrics, even of a run shorter than their interval (1 s): its last part
+    is logged too."""
+    client = MlflowClient(store)
+    sampled = client.get_run(train("model=ffnn", "trainer.max_steps=2")).data.metrics
+    assert 0 <= sampled["system/cpu_utilization_percentage"] <= 100
+    assert sampled["system/system_memory_usage_megabytes"] > 0
+    off = train("model=ffnn", "trainer.max_steps=2", "logger.system_metrics=false")
+    assert not [k for k in client.get_run(off).data.metrics if k.startswith("system/")]
 
 
 def test_without_measuring_a_run_logs_its_losses_and_throughput_only(store: str) -> None:

@@ -14,6 +14,10 @@ class LoggerConfig:
     tracking_uri: str = "${oc.env:MLFLOW_TRACKING_URI,sqlite:///mlflow.db}"
     experiment_name: str = "runner"
     run_name: str | None = None  # None: built from the model, layout and overrides
+    # MLflow's system metrics of every node while it trains (runner/training/callbacks/
+    # system_metrics.py): CPU, memory, disk, network, and GPU where there is one
+    system_metrics: bool = True
+    system_metrics_interval_s: float = 1.0  # MLflow's default of 10 s misses a short run
 
 
 # The stores MLflow's tracking client opens: a folder (a path, file:), SQL databases, a server.

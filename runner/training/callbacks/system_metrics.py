@@ -1,0 +1,64 @@
+"""MLflow's own system metrics (CPU, memory, disk, network; GPU utilization and memory where
+pynvml finds an NVIDIA GPU) while a job trains: one series per node, sampled by MLflow's
+SystemMetricsMonitor in a thread of the node's first rank. On one node the names are MLflow's own
+(`system/cpu_utilization_percentage`); on several, each node's are `system/node_<n>/...`
+(MLflow's node id), and the run id reaches the other nodes' first ranks from rank 0.
+`logger.system_metrics=false` turns them off; `benchmarks/system_metrics.py` measures their cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytorch_lightning as pl
+from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+
+class WholeRunMonitor(SystemMetricsMonitor):
+    """MLflow's monitor, which logs a sample at the end of each interval and drops the interval
+    it is in when it stops: here that last part is logged too, so that a run shorter than one
+    interval still has its sample."""
+
+    def finish(self) -> None:
+        super().finish()
+        last = self.aggregate_metrics()
+        if last:
+            self.publish_metrics(last)
+            self.mlflow_logger.flush()
+
+
+def node_id(trainer: pl.Trainer) -> str | None:
+    return f"node_{trainer.node_rank}" if trainer.num_nodes > 1 else None
+
+
+class SystemMetrics(pl.Callback):
+    def __init__(self, run_id: str | None, tracking_uri: str, interval_s: float) -> None:
+        self.run_id, self.tracking_uri, self.interval_s = run_id, tracking_uri, interval_s
+        self.monitor: Any = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        run_id = self.run_id
+        if trainer.num_nodes > 1:  # only rank 0 was handed the run
+            run_id = trainer.strategy.broadcast(run_id, src=0)
+        if run_id is None or trainer.local_rank != 0:
+            return
+        self.monitor = WholeRunMonitor(
+            run_id,
+            sampling_interval=self.interval_s,
+            node_id=node_id(trainer),
+            tracking_uri=self.tracking_uri,
+        )
+        self.monitor.start()
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.finish()
+            self.monitor = None
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.stop()
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self.stop()  # a failed fit is not torn down: what it sampled is logged before it fails
