@@ -50,15 +50,11 @@ class SystemMetrics(pl.Callback):
         )
         self.monitor.start()
 
-    def stop(self) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.monitor is not None:
             self.monitor.finish()
             self.monitor = None
 
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.stop()
-
-    def on_exception(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
-    ) -> None:
-        self.stop()  # a failed fit is not torn down: what it sampled is logged before it fails
+    # No on_exception: a failed fit's losses are written after the callbacks' hooks, and a rank
+    # that another's failure ends has a moment for it (the launcher's SIGTERM follows). MLflow's
+    # thread ends itself once the run is no longer RUNNING, a daemon that holds nothing up.
