@@ -17,6 +17,7 @@ LONG = (
     "test_tensor.py",
     "test_precision.py",
     "test_pipeline.py",
+    "test_studies.py",
     "test_data_parallel.py",
     "test_recompute.py",
     "test_accumulation.py",
