@@ -128,7 +128,7 @@ def test_a_failure_mid_run_marks_it_failed_and_keeps_what_was_logged(store, monk
 
 
 def test_mlflow_samples_the_node_while_it_trains_unless_told_not_to(store: str) -> None:
-    """MLflow's system metrics, even of a run shorter than their interval (1 s): its last part
+    """MLflow's system metrics, even of a run shorter than their interval (10 s): its last part
     is logged too."""
     client = MlflowClient(store)
     sampled = client.get_run(train("model=ffnn", "trainer.max_steps=2")).data.metrics

@@ -17,7 +17,10 @@ class LoggerConfig:
     # MLflow's system metrics of every node while it trains (runner/training/callbacks/
     # system_metrics.py): CPU, memory, disk, network, and GPU where there is one
     system_metrics: bool = True
-    system_metrics_interval_s: float = 1.0  # MLflow's default of 10 s misses a short run
+    # MLflow's default. A run shorter still has its sample: the last part-interval is logged too.
+    # Each sample queries the store from a thread of rank 0: every second, it slowed a profiled
+    # rank's traced steps on a busy 2-core host (tests/test_profiling.py).
+    system_metrics_interval_s: float = 10.0
 
 
 # The stores MLflow's tracking client opens: a folder (a path, file:), SQL databases, a server.
