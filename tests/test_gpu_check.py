@@ -52,3 +52,10 @@ def test_its_checks_rehearsed_on_this_cpu_pass(
     assert "2 ranks on this CPU (one launch)" in out  # check 6: the path of two GPUs
     assert "5 steps redone" in out  # of 10, snapshots every 5
     assert (tmp_path / "conf" / "hardware" / "calibrated.yaml").is_file()
+
+
+def test_a_product_timed_in_a_stall_keeps_a_share_a_profile_accepts() -> None:
+    from runner.modes.calibrate import peak_and_curve
+
+    peak, curve = peak_and_curve({32: 3.3e6, 512: 9.0e10, 1024: 1.0e11})  # 32: one call, stalled
+    assert peak == 1.0e11 and curve == [[32, 3.3e-05], [512, 0.9], [1024, 1.0]]

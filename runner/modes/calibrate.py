@@ -120,9 +120,11 @@ def matmul_flops(device: torch.device, key: str) -> dict[int, float]:
 
 
 def peak_and_curve(by_size: dict[int, float]) -> tuple[float, list[list[float]]]:
-    """The best product's FLOP/s (the peak), and [n, share of it] for each size."""
+    """The best product's FLOP/s (the peak), and [n, share of it] for each size. Four significant
+    digits, not places: a small product timed once in a stall (a short budget on a busy host) has
+    a share below 5e-5, which four places would round to 0, a share no profile may have."""
     peak = max(by_size.values())
-    return peak, [[n, round(flops / peak, 4)] for n, flops in by_size.items()]
+    return peak, [[n, float(f"{flops / peak:.4g}")] for n, flops in by_size.items()]
 
 
 def memory_bandwidth(device: torch.device) -> float:
