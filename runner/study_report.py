@@ -27,6 +27,7 @@ from runner.metrics import (
 from runner.pictures import Figure
 from runner.study_lines import FORMULAS
 from runner.tracking import children, option_tag
+from runner.units import BYTE_UNITS
 
 MISSING = "-"
 
@@ -139,16 +140,13 @@ class Shown:
 
     def __call__(self, value: float | None, unit: bool = True) -> str:
         """The value in this unit; without it where a table's heading says it."""
-        if value is None or math.isnan(value):
-            return MISSING
-        scaled = value * self.factor
-        text = f"{scaled:,.0f}" if abs(scaled) >= 1000 else f"{scaled:.3g}"
-        if not unit:
-            return text
-        return f"{text} {self.unit}".rstrip() if self.unit != "%" else f"{text}%"
+        return self.text(value, unit, signed=False, points=False)
 
     def gap(self, value: float | None, signed: bool = True, unit: bool = True) -> str:
         """A difference: signed, and in points where the figure is a percentage."""
+        return self.text(value, unit, signed, points=True)
+
+    def text(self, value: float | None, unit: bool, signed: bool, points: bool) -> str:
         if value is None or math.isnan(value):
             return MISSING
         scaled = value * self.factor
@@ -156,7 +154,9 @@ class Shown:
         text = f"+{text}" if signed and scaled >= 0 else text
         if not unit:
             return text
-        return f"{text} pts" if self.unit == "%" else f"{text} {self.unit}".rstrip()
+        if self.unit == "%":
+            return f"{text} pts" if points else f"{text}%"
+        return f"{text} {self.unit}".rstrip()
 
 
 def shown_in(figure: str, values: Sequence[float | None]) -> Shown:
@@ -169,7 +169,7 @@ def shown_in(figure: str, values: Sequence[float | None]) -> Shown:
     if unit == SECONDS:
         return Shown(1000.0, "ms") if largest < 1 else Shown(1.0, "s")
     if unit == BYTES:
-        for name, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        for name, scale in BYTE_UNITS:
             if largest >= scale:
                 return Shown(1 / scale, name)
         return Shown(1.0, "B")

@@ -11,20 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytorch_lightning as pl
-from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-
-class WholeRunMonitor(SystemMetricsMonitor):
-    """MLflow's monitor, which logs a sample at the end of each interval and drops the interval
-    it is in when it stops: here that last part is logged too, so that a run shorter than one
-    interval still has its sample."""
-
-    def finish(self) -> None:
-        super().finish()
-        last = self.aggregate_metrics()
-        if last:
-            self.publish_metrics(last)
-            self.mlflow_logger.flush()
 
 
 def node_id(trainer: pl.Trainer) -> str | None:
@@ -42,7 +28,11 @@ class SystemMetrics(pl.Callback):
             run_id = trainer.strategy.broadcast(run_id, src=0)
         if run_id is None or trainer.local_rank != 0:
             return
-        self.monitor = WholeRunMonitor(
+        # Here, not at the top: a rank that samples nothing imports no MLflow (seconds, under
+        # torchrun or srun, where ranks are not forked from a server that has it)
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self.monitor = SystemMetricsMonitor(
             run_id,
             sampling_interval=self.interval_s,
             node_id=node_id(trainer),
@@ -53,6 +43,12 @@ class SystemMetrics(pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.monitor is not None:
             self.monitor.finish()
+            # MLflow logs a sample at each interval's end and drops the part-interval it stops
+            # in: logged here, so that a run shorter than one interval has its sample too
+            last = self.monitor.aggregate_metrics()
+            if last:
+                self.monitor.publish_metrics(last)
+                self.monitor.mlflow_logger.flush()
             self.monitor = None
 
     # No on_exception: a failed fit's losses are written after the callbacks' hooks, and a rank
