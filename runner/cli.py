@@ -14,6 +14,7 @@ from typing import NoReturn
 import hydra
 import yaml
 from hydra.errors import HydraException, MissingConfigException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -42,6 +43,18 @@ def task(cfg: DictConfig) -> dict[str, float]:
     except ConfigError as error:
         # SystemExit passes Hydra's job wrapper, which would print its own lines for an Exception.
         fail(str(error))
+    except JobFailed as error:
+        if not failing_on_purpose(cfg, hc.mode):
+            raise
+        # Its run is FAILED with what it lost: the study's measurement. The sweep goes on.
+        print(f"job #{hc.job.num + 1} failed, as the study expects: {error}", file=sys.stderr)
+        return {}
+
+
+def failing_on_purpose(cfg: DictConfig, mode: RunMode | None) -> bool:
+    """A job of a study whose jobs end FAILED (study.ends), run as the study's sweep."""
+    study = cfg.get("study")
+    return mode == RunMode.MULTIRUN and study is not None and study.ends == "FAILED"
 
 
 def one_line(error: BaseException) -> str:

@@ -39,6 +39,7 @@ class Job:
     x: str  # the swept key's value, as logged
     values: tuple[str, ...]  # the other swept keys' values: which line of a chart
     keys: tuple[str, ...]  # those keys
+    ends: str = "FINISHED"  # how its study's jobs end (study.ends): FAILED
 
     @property
     def line(self) -> str:
@@ -58,15 +59,16 @@ class Job:
 
     @property
     def counts(self) -> bool:
-        """Whether its figures answer the question: it finished, and fits where it was planned."""
-        return self.status == "FINISHED" and self.fits is not False
+        """Whether its figures answer the question: it ended as the study's jobs end (finished,
+        or failed where a fault is the study's point), and fits where it was planned."""
+        return self.status == self.ends and self.fits is not False
 
     def measured(self, figure: str) -> float | None:
         return self.run.data.metrics.get(figure)
 
     @property
     def flaw(self) -> str | None:
-        if self.status != "FINISHED":
+        if self.status != self.ends:
             return self.status.lower()
         return "does not fit" if self.fits is False else None
 
@@ -87,6 +89,7 @@ def jobs_of(runs: list[Run], study: Mapping[str, Any]) -> list[Job]:
             value(run, study["x"]),
             tuple(value(run, k) for k in study["lines"]),
             tuple(study["lines"]),
+            study.get("ends") or "FINISHED",
         )
         for i, run in enumerate(runs, 1)
     ]
@@ -223,9 +226,18 @@ def table(jobs: list[Job], study: Mapping[str, Any]) -> str:
 
 
 def points_of(figure: str, members: list[Job]) -> list[tuple[str, float]]:
-    """A line's measured points that answer the question, in the order of x."""
-    got = [(j.x, j.measured(figure)) for j in members if j.counts]
-    return [(at, value) for at, value in got if value is not None]
+    """A line's measured points that answer the question, in the order of x. Jobs at the same x
+    of a line differ only in a key the study sweeps but does not plot (e.g. where the fault
+    strikes): repeats of one point, which is their mean."""
+    return mean_at_x([(j.x, j.measured(figure)) for j in members if j.counts])
+
+
+def mean_at_x(values: Sequence[tuple[str, float | None]]) -> list[tuple[str, float]]:
+    found: dict[str, list[float]] = {}
+    for at, value in values:
+        if value is not None:
+            found.setdefault(at, []).append(value)
+    return [(at, math.fsum(got) / len(got)) for at, got in found.items()]
 
 
 def span(points: list[tuple[str, float]], x: str) -> str:
@@ -258,7 +270,12 @@ def agreement(figure: str, jobs: list[Job], study: Mapping[str, Any], shown: Sho
     """How far the measurement is from its line: "bubble_fraction_theory within 3 pts at every
     point"."""
     predicted = predictions(jobs, figure, study)
-    pairs = [(j.measured(figure), predicted.get(j.number)) for j in jobs if j.counts]
+    pairs = []  # a point's measured value and its prediction: a line's repeats at an x, averaged
+    for members in lines_of(jobs).values():
+        counted = [j for j in members if j.counts]
+        got = dict(points_of(figure, counted))
+        guess = dict(mean_at_x([(j.x, predicted.get(j.number)) for j in counted]))
+        pairs += [(got.get(at), guess.get(at)) for at in dict.fromkeys(j.x for j in counted)]
     gaps = [abs(got - guess) for got, guess in pairs if got is not None and guess is not None]
     if not gaps:
         return None
@@ -356,20 +373,26 @@ def chart(jobs: list[Job], figure: str, study: Mapping[str, Any]) -> Figure:
     shown = shown_in(figure, [j.measured(figure) for j in jobs] + list(predicted.values()))
     on_numbers = numeric([j.x for j in jobs])
     positions = {x: i for i, x in enumerate(dict.fromkeys(j.x for j in ordered(jobs)))}
-    at = (lambda j: float(j.x)) if on_numbers else (lambda j: float(positions[j.x]))
+    place = (lambda x: float(x)) if on_numbers else (lambda x: float(positions[x]))
+    at = lambda j: place(j.x)  # noqa: E731
     fig = Figure(figsize=(7, 4.5), layout="tight")
     ax = fig.add_subplot()
     for i, (line, members) in enumerate(lines_of(jobs).items()):
         color = f"C{i}"
         ok = [j for j in members if j.counts and j.measured(figure) is not None]
         label = line.strip(MISSING + " ") or "measured"
-        ys = [j.measured(figure) * shown.factor for j in ok]  # type: ignore[operator]
-        ax.plot([at(j) for j in ok], ys, marker="o", color=color, label=label)
-        guessed = [j for j in members if predicted.get(j.number) is not None]
+        points = points_of(figure, members)
+        mean = len(points) < len(ok)  # repeats at an x: each job a dot around their mean
+        xs, ys = [place(x) for x, _ in points], [v * shown.factor for _, v in points]
+        ax.plot(xs, ys, marker="o", color=color, label=f"{label}: mean" if mean else label)
+        if mean:
+            ys = [j.measured(figure) * shown.factor for j in ok]  # type: ignore[operator]
+            ax.plot([at(j) for j in ok], ys, marker=".", color=color, alpha=0.4, linestyle="none")
+        guessed = mean_at_x([(j.x, predicted.get(j.number)) for j in members])
         if guessed:
             ax.plot(
-                [at(j) for j in guessed],
-                [predicted[j.number] * shown.factor for j in guessed],  # type: ignore[operator]
+                [place(x) for x, _ in guessed],
+                [v * shown.factor for _, v in guessed],
                 linestyle="--",
                 color=color,
                 label=f"{label}: {study['predicted'][figure]}",

@@ -137,6 +137,8 @@ BAD = [
     (["+experiment=bubble", "study.predicted.idle_fraction=pred/nope"], "study.predicted.idle_"),
     (["+experiment=bubble", "study.figures=[idle_fraction]"], "study.predicted: 'bubble_fraction"),
     (["+experiment=bubble", "+study.colour=red"], "study.colour"),
+    (["-m", "+experiment=bubble", "study.ends=KILLED"], "study.ends: 'KILLED' is not one of: F"),
+    (["-m", "+experiment=bubble", "study.ends=FAILED"], "study.ends: FAILED needs a fault that "),
 ]
 
 

@@ -85,6 +85,26 @@ def test_layouts_equal_one_process_and_move_the_planned_bytes(
 
 
 @pytest.mark.slow
+def test_snapshots_loses_what_lies_past_the_last_snapshot_and_goes_on_past_each_failure(
+    cli: Cli, tmp_path: Path, seeded: str
+) -> None:
+    # The largest interval's every step: the means are over each place a kill can land
+    grid = [(every, at) for every in (2, 4) for at in (4, 5, 6, 7)]
+    shorter = ["trainer.max_steps=8", "checkpoint.every_n_steps=2,4", "fault.at_step=4,5,6,7"]
+    a = run_study(cli, tmp_path, seeded, "snapshots", *SHORT, *shorter)
+    assert [(int(j.data.params["checkpoint.every_n_steps"]), int(j.data.params["fault.at_step"]))
+            for j in a.jobs] == grid  # fmt: skip
+    assert {j.info.status for j in a.jobs} == {"FAILED"}  # each on purpose, the sweep past it
+    assert {j.data.tags["failed_rank"] for j in a.jobs} == {"1"}
+    assert a.metric("lost_steps") == [at % every for every, at in grid]  # past the last snapshot
+    # A kill as a step starts loses (interval - 1) / 2 steps on average: half a step short of
+    # the planner's half interval, for a failure at any moment
+    assert "lost_steps, as checkpoint.every_n_steps goes 2 → 4: rises from 0.5 to 1.5; " in a.said
+    assert "half_interval within 0.5 at every point." in a.said
+    assert "ended" not in a.said  # no job ended otherwise than the study says
+
+
+@pytest.mark.slow
 def test_plan_gpt3_names_what_does_not_fit_and_the_cheapest_that_does(
     cli: Cli, tmp_path: Path, seeded: str
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.errors import require
+from runner.errors import one_of, require
 from runner.metrics import registered
 from runner.study_lines import FORMULAS
 
@@ -30,9 +30,14 @@ class StudyConfig:
     predicted: dict[str, str] = field(default_factory=dict)
     # "lowest cost_usd" or "highest mfu": the answer names the job that does best by one figure
     best: str | None = None
+    # How each job ends: FINISHED; FAILED where the study injects a fault on purpose (fault.*):
+    # the failure is the measurement, so the sweep goes on to its next job and counts this one.
+    ends: str = "FINISHED"
 
 
 BEST = ("lowest", "highest")
+ENDS = ("FINISHED", "FAILED")
+FAULTS = ("kill_rank", "hang_rank", "disk_full_at_step")  # what fails a job on purpose
 
 
 def check_study(study: Any, cfg: DictConfig) -> None:
@@ -57,6 +62,12 @@ def check_study(study: Any, cfg: DictConfig) -> None:
             "study.best",
             f"'{study.best}': 'lowest' or 'highest', then one of study.figures",
         )
+    one_of(study.ends, "study.ends", ENDS)
+    require(
+        study.ends != "FAILED" or any(cfg.fault[f] is not None for f in FAULTS),
+        "study.ends",
+        "FAILED needs a fault that fails each job: " + ", ".join(f"fault.{f}" for f in FAULTS),
+    )
     for figure, line in study.predicted.items():
         require(
             figure in study.figures,
