@@ -18,6 +18,7 @@ from mlflow.entities import Run
 
 from runner.metrics import (
     BYTES,
+    COUNT,
     FRACTION,
     GIB,
     PLAN_FITS,
@@ -39,6 +40,7 @@ class Job:
     x: str  # the swept key's value, as logged
     values: tuple[str, ...]  # the other swept keys' values: which line of a chart
     keys: tuple[str, ...]  # those keys
+    repeated: tuple[str, ...] = ()  # the values of the keys its point is the mean over
     ends: str = "FINISHED"  # how its study's jobs end (study.ends): FAILED
 
     @property
@@ -89,6 +91,7 @@ def jobs_of(runs: list[Run], study: Mapping[str, Any]) -> list[Job]:
             value(run, study["x"]),
             tuple(value(run, k) for k in study["lines"]),
             tuple(study["lines"]),
+            tuple(value(run, k) for k in study.get("repeats") or []),
             study.get("ends") or "FINISHED",
         )
         for i, run in enumerate(runs, 1)
@@ -178,6 +181,8 @@ def shown_in(figure: str, values: Sequence[float | None]) -> Shown:
         return Shown(1.0, "B")
     if unit == GIB:
         return Shown(1.0, "GiB")
+    if unit == COUNT:
+        return Shown(1.0, "")  # the figure's name says what it counts: lost_steps
     return Shown(1.0, unit)
 
 
@@ -195,11 +200,18 @@ def table(jobs: list[Job], study: Mapping[str, Any]) -> str:
         "job",
         study["x"] or "run",
         *study["lines"],
+        *(study.get("repeats") or []),
         "status",
         *([PLAN_FITS.name] if planned else []),
     ]
     cells: list[list[str]] = [
-        [f"#{j.number}", j.x if study["x"] else str(j.run.info.run_name), *j.values, j.status]
+        [
+            f"#{j.number}",
+            j.x if study["x"] else str(j.run.info.run_name),
+            *j.values,
+            *j.repeated,
+            j.status,
+        ]  # fmt: skip
         + ([{None: MISSING, True: "yes", False: "**no**"}[j.fits]] if planned else [])
         for j in jobs
     ]
@@ -227,8 +239,8 @@ def table(jobs: list[Job], study: Mapping[str, Any]) -> str:
 
 def points_of(figure: str, members: list[Job]) -> list[tuple[str, float]]:
     """A line's measured points that answer the question, in the order of x. Jobs at the same x
-    of a line differ only in a key the study sweeps but does not plot (e.g. where the fault
-    strikes): repeats of one point, which is their mean."""
+    of a line differ only in keys a point is the mean over (study.repeats): where a fault
+    strikes, a seed."""
     return mean_at_x([(j.x, j.measured(figure)) for j in members if j.counts])
 
 
@@ -389,13 +401,14 @@ def chart(jobs: list[Job], figure: str, study: Mapping[str, Any]) -> Figure:
             ys = [j.measured(figure) * shown.factor for j in ok]  # type: ignore[operator]
             ax.plot([at(j) for j in ok], ys, marker=".", color=color, alpha=0.4, linestyle="none")
         guessed = mean_at_x([(j.x, predicted.get(j.number)) for j in members])
+        predicted_by = study["predicted"].get(figure)
         if guessed:
             ax.plot(
                 [place(x) for x, _ in guessed],
                 [v * shown.factor for _, v in guessed],
                 linestyle="--",
                 color=color,
-                label=f"{label}: {study['predicted'][figure]}",
+                label=f"{label}: {predicted_by}" if line else predicted_by,
             )
     bottom = ax.get_ylim()[0]
     for job in [j for j in jobs if j.flaw]:

@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
 from runner.config.study import StudyConfig
-from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, PLAN_FITS, THROUGHPUT
+from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, LOST_STEPS, PLAN_FITS, THROUGHPUT
 from runner.sweep_run import end_parent, start_parent
 from runner.tracking import NESTED_TAG
 
@@ -84,3 +84,32 @@ def test_the_answer_table_and_charts_are_the_jobs_own_numbers(
     # The terminal's summary ends with the same paragraph
     start = next(i for i, line in enumerate(printed) if line.startswith("answer: "))
     assert " ".join(line.strip() for line in printed[start:]) == f"answer: {said}"
+
+
+def test_failures_on_purpose_count_and_repeats_are_averaged(
+    seeded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshots study's answer: each job killed on purpose (study.ends), a point per interval
+    the mean over where the kill struck (study.repeats); the one job that finished is the flaw."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    study = StudyConfig(question="q", x="checkpoint.every_n_steps", repeats=["fault.at_step"],
+                        figures=[LOST_STEPS.name], predicted={LOST_STEPS.name: "half_interval"},
+                        ends="FAILED")  # fmt: skip
+    parent = start_parent(seeded, "studies", "sweep: snapshots", OmegaConf.structured(study))
+    client = MlflowClient(seeded)
+    experiment = client.get_experiment_by_name("studies").experiment_id
+    for every, at, status in [(2, 4, "FAILED"), (2, 5, "FAILED"), (4, 5, "FAILED"),
+                              (4, 6, "FAILED"), (4, 7, "FINISHED")]:  # fmt: skip
+        run = client.create_run(experiment, tags={NESTED_TAG: parent.run_id}).info.run_id
+        client.log_param(run, "checkpoint.every_n_steps", every)
+        client.log_param(run, "fault.at_step", at)
+        client.log_metric(run, LOST_STEPS.name, at % every)
+        client.set_terminated(run, status)
+    end_parent("FINISHED", summary=False)
+    report = Path(client.download_artifacts(parent.run_id, "report.md")).read_text()
+    assert (
+        "lost_steps, as checkpoint.every_n_steps goes 2 → 4: rises from 0.5 to 1.5;"
+        " half_interval within 0.5 at every point."  # (0 + 1) / 2 against 1, (1 + 2) / 2 against 2
+        " 1 of 5 jobs ended FINISHED: #5 (checkpoint.every_n_steps=4)." in report
+    )
+    assert "| #2 | 2 | 5 | FAILED | 1 | 1 | +0 |" in report

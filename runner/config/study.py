@@ -23,6 +23,8 @@ class StudyConfig:
     expects: str = ""  # what the seed or the literature expects, and why
     x: str | None = None  # the swept key on the charts' x-axis, e.g. parallel.microbatches
     lines: list[str] = field(default_factory=list)  # other swept keys: a line per value
+    # Swept keys a point is the mean over (where a fault strikes): their jobs repeat one point
+    repeats: list[str] = field(default_factory=list)
     # Metrics of runner/metrics.py (docs/measurement.md): a table column and a chart each
     figures: list[str] = field(default_factory=list)
     # figure -> the line to hold it against: a metric of the same run (pred/step_time_s,
@@ -45,7 +47,8 @@ def check_study(study: Any, cfg: DictConfig) -> None:
         return
     require(bool(study.question), "study.question", "say in words what the study asks")
     missing = object()
-    for key, name in [("study.x", study.x), *(("study.lines", k) for k in study.lines)]:
+    named = [("study.x", study.x), *(("study.lines", k) for k in study.lines)]
+    for key, name in named + [("study.repeats", k) for k in study.repeats]:
         if name is not None:
             found = OmegaConf.select(cfg, name, default=missing, throw_on_missing=False)
             require(found is not missing, key, f"'{name}' is no key of the config")
