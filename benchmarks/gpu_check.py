@@ -72,6 +72,8 @@ GPT2_SMALL = ["model=decoder", "model.n_layers=12", "model.d_model=768", "model.
 SMALL = ["model=decoder", "model.n_layers=2", "model.d_model=64", "model.n_heads=4",
          "model.context_len=64", "data.batch_size=16"]  # fmt: skip
 PROFILES = {"H200": "h200", "H100": "h100", "A100": "a100"}  # by the device's name
+# MLflow's names of the host's CPU and the first GPU's utilization (logger.system_metrics)
+SYSTEM_SERIES = ("cpu_utilization_percentage", "gpu_0_utilization_percentage")
 
 
 @dataclass
@@ -149,7 +151,18 @@ def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
             f"peak {f[PEAK_MEMORY.name]:.2f} GiB (planned {f[prediction(PEAK_MEMORY.name)]:.2f})"
         )
         rows.append(Row(f"1. one device, {label}", figure, goal is None or f[MFU.name] >= goal))
-    return [*rows, measuring_cost(scratch, m, runs["bf16-mixed"])], runs["bf16-mixed"]
+    rows += [measuring_cost(scratch, m, runs["bf16-mixed"]), sampled(runs["32-true"], m)]
+    return rows, runs["bf16-mixed"]
+
+
+def sampled(f: dict[str, float], m: Machine) -> Row:
+    """Check 1's first run carries MLflow's system metrics: the host's, and each GPU's (through
+    nvidia-ml-py) where there is one."""
+    cpu, gpu = (f.get(f"system/{name}") for name in SYSTEM_SERIES)
+    figure = f"system metrics: CPU {cpu if cpu is None else f'{cpu:.0f}%'}, GPU 0 " + (
+        f"{gpu:.0f}% busy" if gpu is not None else "none sampled"
+    )
+    return Row("1. system metrics", figure, cpu is not None and (gpu is not None or not m.gpus))
 
 
 def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
