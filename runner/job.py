@@ -56,6 +56,12 @@ class Job:
         return self.parallel.vocab_parallel and self.mesh.tp > 1
 
     @property
+    def sequence(self) -> bool:
+        """The activations between a model's split layers split along its sequence over the
+        tensor-parallel ranks (parallel.sequence_parallel)."""
+        return self.parallel.sequence_parallel and self.mesh.tp > 1 and self.spec.sequence
+
+    @property
     def shard(self) -> str:
         """What the data-parallel replicas split among themselves (parallel.shard): nothing
         without several replicas."""

@@ -18,6 +18,10 @@ from runner.errors import ConfigError, require
 
 DIMS = ("pp", "dp", "tp")  # outermost first: the order of the mesh's dimensions
 NAMES = {"dp": "data", "pp": "pipeline", "tp": "tensor"}
+# What traffic is counted by: the mesh's dimensions, and sequence parallelism's collectives,
+# which run over the tp ranks (a dimension of its own in the figures, not of the mesh)
+TRAFFIC_DIMS = ("dp", "tp", "sp", "pp")
+RANKS_OF = {"sp": "tp"}  # a traffic dimension's ranks, where they are another's
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,10 @@ class Mesh:
             "dp": rank // self.tp % self.dp,
             "tp": rank % self.tp,
         }
+
+    def size(self, dim: str) -> int:
+        """How many ranks a traffic dimension's collectives span (sp: the tp ranks)."""
+        return getattr(self, RANKS_OF.get(dim, dim))
 
     def rank(self, pp: int, dp: int, tp: int) -> int:
         """The global rank at these coordinates."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 # What each placeholder of a pattern stands for, as a regular expression.
 PARTS = {
-    "dim": "dp|tp|pp",
+    "dim": "dp|tp|sp|pp",
     "r": r"\d+",
     "collective": "all_reduce|broadcast|all_gather|reduce_scatter",
     "component": r"[a-z][a-z0-9_]*",  # a model spec's names: embedding, attention, ffn, ...

@@ -138,6 +138,14 @@ BAD = [
     (["+experiment=bubble", "study.figures=[idle_fraction]"], "study.predicted: 'bubble_fraction"),
     (["+experiment=bubble", "+study.colour=red"], "study.colour"),
     (["-m", "+experiment=bubble", "study.ends=KILLED"], "study.ends: 'KILLED' is not one of: F"),
+    # Sequence parallelism splits the decoder's sequence over the tensor-parallel ranks
+    (["parallel.sequence_parallel=true"], "parallel.sequence_parallel: splits over the tensor-pa"),
+    (
+        ["model=ffnn", "parallel=tensor", "hardware.devices=2", "parallel.sequence_parallel=true"],
+        "parallel.sequence_parallel: this model has no sequence to split",
+    ),
+    (["parallel=pp_tp", "parallel.sequence_parallel=true"], "trains without a pipeline (pp=1), g"),
+    (["parallel=tp_sp", "hardware.devices=2", "data.seq_len=63"], "data.seq_len: 63 positions do"),
     (["-m", "+experiment=bubble", "study.ends=FAILED"], "study.ends: FAILED needs a fault that "),
 ]
 

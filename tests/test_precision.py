@@ -54,15 +54,16 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
     single = loss_series(store, train(*decoder, BF16))
     assert single != loss_series(store, train(*decoder))  # autocast changed the arithmetic
     for job, presets in (
-        ([*decoder, "hardware.devices=2"], "data,tensor,pipeline"),
+        ([*decoder, "hardware.devices=2"], "data,tensor,tp_sp,pipeline"),
         (decoder, "dp_tp,dp_pp,pp_tp"),
     ):
         done = cli("-m", *job, *QUICK, BF16, f"parallel={presets}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     runs = [r for r in all_runs(store) if r.data.tags.get("world_size", "1") != "1"]
-    assert len(runs) == 6
+    assert len(runs) == 7
     for run in runs:
         m, layout = run.data.metrics, run.data.tags["parallel"]
+        layout += " + sp" if run.data.params["parallel.sequence_parallel"] == "True" else ""
         assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
         moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
         assert moved and all(m[k] == m[f"pred/{k}"] for k in moved), layout
@@ -72,13 +73,21 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
     # backward ones fp32 (gradients of the fp32 residual stream), 3/4 of the bytes of fp32
     # training. The split vocabulary's are fp32 at every precision: the embedding runs outside
     # autocast, its output layer's input gradient joins the stream, the loss takes fp32 logits.
-    (tensor,) = [r for r in runs if r.data.tags["parallel"] == "tensor"]
+    tensor, sequence = sorted(
+        (r for r in runs if r.data.tags["parallel"] == "tensor"),
+        key=lambda r: r.data.params["parallel.sequence_parallel"],
+    )  # "False" < "True"
     tp_run = [*decoder, "parallel=tensor", "hardware.devices=2"]
     key = "pred/comm_bytes_per_step/tp"
     full = fp32_prediction(*tp_run)[key]
     blocks = fp32_prediction(*tp_run, "parallel.vocab_parallel=false")[key]
     assert 0 < full - blocks < blocks
     assert tensor.data.metrics["comm_bytes_per_step/tp"] == blocks * 3 / 4 + (full - blocks)
+    # Sequence parallelism gathers and scatters twice the blocks' all-reduce payload, at the same
+    # precisions (3/4 of fp32's); where the stream is split and gathered at the ends, fp32
+    twice = 2 * blocks
+    fp32_sp = fp32_prediction(*tp_run, "parallel.sequence_parallel=true")[f"{key[:-2]}sp"]
+    assert sequence.data.metrics["comm_bytes_per_step/sp"] == twice * 3 / 4 + (fp32_sp - twice)
 
 
 @pytest.mark.slow

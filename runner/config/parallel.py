@@ -27,6 +27,11 @@ class ParallelConfig:
     # embedding, the output layer and cross-entropy, for models that have one; others ignore it.
     # false: every tensor-parallel rank holds the whole embedding and computes every logit.
     vocab_parallel: bool = True
+    # Megatron-LM's sequence parallelism, with tp > 1: the activations between the split layers
+    # (norms, residual adds, dropout) split along the sequence over the tp ranks; an all-gather
+    # before each column-parallel layer and a reduce-scatter after each row-parallel one replace
+    # its all-reduce. Same bytes on the link, a tp-th of those activations held.
+    sequence_parallel: bool = False
     # Sharded data parallelism over the dp ranks (runner/layouts/sharded/): none = DDP, every
     # replica holds everything; optimizer = ZeRO-1 (torch's ZeroRedundancyOptimizer: the
     # optimizer state split); gradients = ZeRO-2 (FSDP2, weights kept from forward to the end of

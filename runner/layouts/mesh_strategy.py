@@ -46,12 +46,13 @@ class MeshStrategy(DDPStrategy, Layout):
         bucket_cap_mb: float | None = None,
         shard: str = "none",
         units: Callable[[nn.Module], list[nn.Module]] = lambda model: [],
+        sequence: bool = False,  # parallel.sequence_parallel: what `parallelize` splits too
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
         super().__init__(start_method="popen", **kw)
         self.shape = shape
-        self.split = TensorSplit(parallelize, shape.tp)
+        self.split = TensorSplit(parallelize, shape.tp, sequence)
         self.replication = Replication(bucket_cap_mb)
         # parallel.shard: nothing to split without several replicas
         level = shard if shape.dp > 1 else "none"
@@ -156,10 +157,15 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
     spec = spec_for(cfg.model) or ModelSpec(name="", config=object)
     return MeshStrategy(
         mesh,
-        partial(spec.parallelize, vocab_parallel=cfg.parallel.vocab_parallel),
+        partial(
+            spec.parallelize,
+            vocab_parallel=cfg.parallel.vocab_parallel,
+            sequence=cfg.parallel.sequence_parallel,
+        ),
         cfg.parallel.bucket_cap_mb,
         cfg.parallel.shard,
         spec.recompute_units,
+        sequence=cfg.parallel.sequence_parallel,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

@@ -25,6 +25,8 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
         check_accumulation(cfg, mesh)
     if mesh.tp > 1:
         check_tensor(cfg, mesh)
+    if cfg.parallel.sequence_parallel:
+        check_sequence(cfg, mesh)
 
 
 def batch_for_plan(cfg: DictConfig, mesh: Mesh) -> None:
@@ -151,3 +153,20 @@ def check_tensor(cfg: DictConfig, mesh: Mesh) -> None:
     spec = spec_for(cfg.model)
     require(spec is not None, "parallel.tp", "this model has no tensor-parallel plan")
     spec.check_tensor(cfg.model, mesh.tp, stage_layers(cfg.model, cfg.parallel))
+
+
+def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
+    """Sequence parallelism splits a model's sequence over the tensor-parallel ranks."""
+    key, spec = "parallel.sequence_parallel", spec_for(cfg.model)
+    require(
+        mesh.tp > 1, key, f"splits over the tensor-parallel ranks: needs tp > 1, got tp={mesh.tp}"
+    )
+    require(spec is not None and spec.sequence, key, "this model has no sequence to split")
+    seq = cfg.data.get("seq_len") or 0
+    require(seq % mesh.tp == 0, "data.seq_len", f"{seq} positions do not split into tp={mesh.tp}")
+    if cfg.mode == "train":  # a plan prices it with a pipeline too
+        require(
+            mesh.pp == 1,
+            key,
+            f"trains without a pipeline (pp=1), got pp={mesh.pp}; plans take both",
+        )

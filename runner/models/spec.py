@@ -32,6 +32,7 @@ class Activations:
     elem: int  # bytes per element at the training dtype
     recompute: str  # trainer.recompute: none | full | selective
     vocab_tp: bool = False  # the vocabulary split over the tp ranks (parallel.vocab_parallel)
+    sequence: bool = False  # what lies between the split layers split along the sequence too
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,10 @@ class ModelSpec:
     def between_layers_bytes(self, activation_bytes: int) -> int:
         return 4 if self.fp32_stream else activation_bytes
 
+    # A sequence dimension that sequence parallelism splits (parallel.sequence_parallel): a
+    # model with one splits it in `parallelize(..., sequence=True)`
+    sequence = False
+
     # --- pipeline parallelism ---
     def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
         """Elements of one sample's activation crossing each boundary between stages."""
@@ -159,10 +164,29 @@ class ModelSpec:
         return 0.0, 0.0
 
     def vocab_tp_traffic(
-        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+        self,
+        m: Cfg,
+        data: Cfg,
+        samples: int,
+        stages: list[range],
+        microbatches: int,
+        sequence: bool = False,
     ) -> tuple[float, float]:
         """Like tp_traffic, the collectives of a vocabulary split over the tensor-parallel ranks
-        (parallel.vocab_parallel): fp32 elements at every precision, and calls."""
+        (parallel.vocab_parallel): fp32 elements at every precision, and calls; with
+        `sequence`, under sequence parallelism."""
+        return 0.0, 0.0
+
+    def sp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, microbatches: int, vocab_tp: bool
+    ) -> tuple[float, float, float]:
+        """Sequence parallelism's all-gathers and reduce-scatters (models with a `sequence`):
+        the blocks' elements (as tp_traffic's, at their precisions), the ends' (fp32), calls."""
+        return 0.0, 0.0, 0.0
+
+    def sp_tp_traffic(self, m: Cfg, microbatches: int) -> tuple[float, float]:
+        """What tensor parallelism still all-reduces in the blocks under sequence parallelism:
+        fp32 elements (weights' gradients), calls."""
         return 0.0, 0.0
 
     def tp_recompute_traffic(
@@ -180,9 +204,12 @@ class ModelSpec:
         """Split layers a micro-batch adds with the vocabulary split (parallel.vocab_parallel)."""
         return 0
 
-    def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
+    def parallelize(
+        self, module: Any, tp_mesh: Any, vocab_parallel: bool = False, sequence: bool = False
+    ) -> Any:
         """Split a whole model, or one pipeline stage, over the tensor-parallel mesh; with
-        `vocab_parallel`, its vocabulary too where it has one."""
+        `vocab_parallel`, its vocabulary too where it has one; with `sequence` (only where the
+        spec's `sequence` says it has one) the activations between the split layers along it."""
         raise NotImplementedError(f"model {self.name} has no tensor-parallel plan")
 
     # --- activation recomputation ---

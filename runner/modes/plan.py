@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.job import Job
+from runner.mesh import TRAFFIC_DIMS
 from runner.metrics import (
     PLAN_BUBBLE,
     PLAN_COMM_BYTES_BY_COLLECTIVE,
@@ -85,8 +86,10 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
     mem, comm = out[PLAN_MEMORY.group], out[PLAN_COMM_BYTES_PER_STEP.group]
     snap, step = out[PLAN_MTBF.group], out[PLAN_STEP_TIME.name]
     p = cfg.parallel
+    sp = p.sequence_parallel and p.tp > 1
     rows = [
-        ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp} = {out[PLAN_WORLD_SIZE.name]} devices"),
+        ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp}{' (+ sp)' if sp else ''}"
+         f" = {out[PLAN_WORLD_SIZE.name]} devices"),
         ("parameters", f"{out[PLAN_PARAMS.name]:,}"
          f" ({_parts(out[PLAN_PARAMS_BY_COMPONENT.group])})"),
         ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f}"
@@ -94,7 +97,7 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),
-        ("bytes / step / rank", ", ".join(f"{d} {size(comm[d])}" for d in ("dp", "tp", "pp"))
+        ("bytes / step / rank", ", ".join(f"{d} {size(comm[d])}" for d in shown_dims(comm))
          + _collectives(out[PLAN_COMM_BYTES_BY_COLLECTIVE.group])),
         ("bubble", f"{out[PLAN_BUBBLE.name]:.3f}"),
         ("step time", f"{step:.4g} s (idle {out[PLAN_IDLE_FRACTION.name]:.1%}): "
@@ -147,3 +150,8 @@ def run(
         record.client.set_tag(record.run_id, "bound", out["bound"])
         record.client.log_dict(record.run_id, out, "plan.json")
     return out
+
+
+def shown_dims(comm: dict[str, float]) -> list[str]:
+    """The dimensions a plan's bytes are shown for: sequence parallelism's where it moves any."""
+    return [d for d in TRAFFIC_DIMS if d != "sp" or comm.get(d)]

@@ -12,6 +12,7 @@ from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import ring_allreduce_bytes
+from runner.mesh import TRAFFIC_DIMS
 from runner.metrics import (
     BUBBLE_THEORY,
     COMM_BUSBW,
@@ -93,14 +94,16 @@ def plan(job: Job) -> dict[str, Any]:
     tokens_per_s = job.batch_size / time.total_s * job.tokens_per_sample
     hours = duration_hours(settings, tokens_per_s, job.trainer.max_steps * time.total_s)
     energy = energy_kwh(hw, mesh.world, hours * 3600)
+    # The mesh's dimensions, and sequence parallelism's where it runs
+    dims = [d for d in TRAFFIC_DIMS if d != "sp" or d in moved.payload]
     # Nested figures are logged flattened: {"comm_time_s": {"dp": ...}} as comm_time_s/dp.
     return {
         PLAN_WORLD_SIZE.name: mesh.world,
         PLAN_MEMORY.group: memory_per_device_gib(job),
-        PLAN_COMM_BYTES_PER_STEP.group: {d: moved.payload.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        PLAN_COMM_BYTES_PER_STEP.group: {d: moved.payload.get(d, 0.0) for d in dims},
         PLAN_COMM_BYTES_BY_COLLECTIVE.group: dict(moved.by_collective),  # sharded dp's
-        PLAN_COMM_TIME.group: {d: time.comm_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
-        PLAN_COMM_HIDDEN.group: {d: time.hidden_s.get(d, 0.0) for d in ("dp", "tp", "pp")},
+        PLAN_COMM_TIME.group: {d: time.comm_s.get(d, 0.0) for d in dims},
+        PLAN_COMM_HIDDEN.group: {d: time.hidden_s.get(d, 0.0) for d in dims},
         PLAN_TIME_BY_PART.group: time.parts,
         "bound": time.bound,  # words: printed and tagged, not logged as a metric
         PLAN_BUBBLE.name: pipeline_bubble(job),

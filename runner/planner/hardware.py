@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from runner.config import HardwareConfig, LinkConfig
-from runner.mesh import Mesh
+from runner.mesh import RANKS_OF, Mesh
 
 
 def device_share(hw: HardwareConfig) -> int:
@@ -35,6 +35,7 @@ def power_per_device_w(hw: HardwareConfig) -> float:
 def tier(hw: HardwareConfig, mesh: Mesh, dim: str) -> LinkConfig:
     """The link a dimension's collectives cross. Ranks fill nodes in order (tp innermost, then
     dp, then pp): a dimension stays inside a node if its ranks' span does."""
+    dim = RANKS_OF.get(dim, dim)  # sequence parallelism's collectives cross tp's link
     chosen = hw.tiers.get(dim, "auto")
     if chosen == "auto":
         span = {"tp": mesh.tp, "dp": mesh.tp * mesh.dp, "pp": mesh.world}[dim]

@@ -57,6 +57,7 @@ def activation_bytes(job: Job) -> float:
         elem=precision_of(job.trainer).activation_bytes,
         recompute=job.trainer.recompute,
         vocab_tp=job.vocab_tp,
+        sequence=job.sequence,
     )
     return job.spec.activation_bytes(job.model, held)
 

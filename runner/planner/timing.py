@@ -167,11 +167,13 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
     hw, mesh = job.hardware, job.mesh
     exposed, hidden = {}, {}
     for dim, payload in traffic.payload.items():
-        n, link = getattr(mesh, dim), tier(hw, mesh, dim)
+        n, link = mesh.size(dim), tier(hw, mesh, dim)
         if dim == "dp" and job.shard != "none":
             exposed[dim], hidden[dim] = sharded_s(job, traffic, compute)
             continue
-        total = transfer_s(link, traffic.calls[dim], wire_bytes(dim, payload, n))
+        # sequence parallelism's: all-gathers and reduce-scatters, (n-1)/n of their payload each
+        kind = "all_gather" if dim == "sp" else "all_reduce"
+        total = transfer_s(link, traffic.calls[dim], wire_bytes(dim, payload, n, kind))
         exposed[dim] = total
         if dim == "dp" and dim in traffic.tail:
             exposed[dim], hidden[dim] = ddp_s(job, total, traffic.tail[dim], compute)

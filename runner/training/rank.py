@@ -32,7 +32,7 @@ from runner.config.logger import store_uri
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
 from runner.layouts.strategy import strategy
-from runner.mesh import mesh_of
+from runner.mesh import TRAFFIC_DIMS, mesh_of
 from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
 from runner.models.recompute import recompute
 from runner.models.registry import spec_for
@@ -227,7 +227,7 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
 
 def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> dict[str, float]:
     mesh = mesh_of(cfg)
-    sizes = {"dp": mesh.dp, "tp": mesh.tp, "pp": mesh.pp}
+    sizes = {dim: mesh.size(dim) for dim in TRAFFIC_DIMS}
     figures = combine([rank["figures"] for rank in timing.gathered], sizes)
     # Throughput from the loop's whole interval: data loading and logging count, validation not.
     loop = figures.pop(LOOP_TIME, None)

@@ -62,9 +62,11 @@ class PipelineStrategy(MeshStrategy):
         microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
         activations: torch.dtype,  # what autocast computes in: what stages send each other
         vocab_parallel: bool = False,  # parallel.vocab_parallel: the model's spec splits it
+        sequence: bool = False,  # parallel.sequence_parallel (one stage: gradient accumulation)
         **kw: Any,
     ):
-        super().__init__(parallelize=partial(spec.parallelize, vocab_parallel=vocab_parallel), **kw)
+        split = partial(spec.parallelize, vocab_parallel=vocab_parallel, sequence=sequence)
+        super().__init__(parallelize=split, sequence=sequence, **kw)
         # The last stage's logits are split over the vocabulary: the schedule's loss and its
         # backward run under loss_parallel (runner/losses.py). Harmless for a model without one.
         self.sharded_loss = vocab_parallel and self.shape.tp > 1
@@ -245,6 +247,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         (microbatch, cfg.data.get("seq_len", 0)),
         ACTIVATIONS[cfg.trainer.precision],
         p.vocab_parallel,
+        p.sequence_parallel,
         shape=mesh,
         bucket_cap_mb=p.bucket_cap_mb,
         shard=p.shard,

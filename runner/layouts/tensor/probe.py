@@ -5,7 +5,8 @@ module attribute (`funcol.all_reduce(...)`), in forward and in backward alike. W
 functions sees every one that really runs. Each call is waited for at once: the layer needs its
 result before it can go on, so this moves no waiting, and the span is the time the rank was blocked.
 Payload S as nccl-tests names it: the input of an all-reduce or reduce-scatter, the output of an
-all-gather.
+all-gather. With sequence parallelism the all-gathers and reduce-scatters are its own (dimension
+"sp", on the same ranks): tensor parallelism alone runs none on its ranks.
 """
 
 from __future__ import annotations
@@ -25,18 +26,25 @@ from runner.models import recompute
 # rather than the input). Only the first present is wrapped (runner/compat/collectives.py): torch
 # 2.13's deprecated *_tensor aliases call the *_single functions; older releases have only *_tensor.
 WRAPPED = {
-    ("all_reduce",): ("tp all-reduce", False),
-    ("all_gather_single", "all_gather_tensor"): ("tp all-gather", True),
-    ("reduce_scatter_single", "reduce_scatter_tensor"): ("tp reduce-scatter", False),
+    ("all_reduce",): ("all-reduce", False),
+    ("all_gather_single", "all_gather_tensor"): ("all-gather", True),
+    ("reduce_scatter_single", "reduce_scatter_tensor"): ("reduce-scatter", False),
 }
+SEQUENCE = ("all-gather", "reduce-scatter")  # sequence parallelism's, where it is on
 _recorders: list[Recorder] = []
+_sequence = [False]  # this job's: parallel.sequence_parallel
 
 
-def install(record: Recorder) -> None:
+def install(record: Recorder, sequence: bool = False) -> None:
     """Route DTensor's collectives to `record` (the wrapping happens once per process)."""
     if not _recorders:
         wrap_functional({names: _timing(kind, output) for names, (kind, output) in WRAPPED.items()})
     _recorders[:] = [record]
+    _sequence[0] = sequence
+
+
+def dim_of(kind: str) -> str:
+    return "sp" if _sequence[0] and kind in SEQUENCE else "tp"
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -59,7 +67,8 @@ def _timed(collective: Callable, kind: str, output: bool) -> Callable:
         if isinstance(out, waitable):
             out = out.wait()  # on a GPU: the stream waits for it, and the stamp is behind it
         end, size = clock.stamp(), _nbytes(out if output else tensor)
-        _recorders[0](Transfer("tp", kind, start, end, size))
+        dim = dim_of(kind)
+        _recorders[0](Transfer(dim, f"{dim} {kind}", start, end, size))
         return out
 
     return timed

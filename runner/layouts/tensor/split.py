@@ -1,5 +1,6 @@
 """Tensor parallelism's part of a mesh: every layer's matrices split over the mesh's tp dimension
-by the model spec's plan (DTensor's parallel styles), its collectives probed."""
+by the model spec's plan (DTensor's parallel styles), and with sequence parallelism the
+activations between them along the sequence; its collectives probed."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from runner.layouts.tensor import probe as collectives
 
 
 class TensorSplit:
-    def __init__(self, parallelize: Callable[[nn.Module, DeviceMesh], nn.Module], tp: int) -> None:
-        self.parallelize, self.tp = parallelize, tp
+    def __init__(
+        self, parallelize: Callable[[nn.Module, DeviceMesh], nn.Module], tp: int, sequence: bool
+    ) -> None:
+        self.parallelize, self.tp, self.sequence = parallelize, tp, sequence
 
     def apply(self, module: nn.Module, mesh: DeviceMesh) -> nn.Module:
         """`module` (a whole model, or a pipeline stage) split over `mesh`'s tp dimension; itself
@@ -24,4 +27,4 @@ class TensorSplit:
     def install_probes(self, record: Recorder) -> None:
         """Every collective DTensor runs for the split layers."""
         if self.tp > 1:
-            collectives.install(record)
+            collectives.install(record, self.sequence)

@@ -6,7 +6,13 @@ Under mixed precision the forward all-reduces sum the split layers' 16-bit outpu
 ones sum gradients of the layers' inputs, in what the layers hand each other (the model's spec: a
 transformer's fp32 residual stream, whose blocks all-reduce as much backward as forward). A
 vocabulary split over the ranks adds its own collectives, fp32 at every precision. Full activation
-recomputation runs the forward all-reduces once more, in backward, at the forward's precision."""
+recomputation runs the forward all-reduces once more, in backward, at the forward's precision.
+
+With sequence parallelism (runner/models/decoder/parallelize.py) the blocks' all-reduces become
+all-gathers and reduce-scatters, dimension "sp" on the same ranks: the same payload twice over (an
+all-gather's and a reduce-scatter's each), at the same precisions; tp keeps the vocabulary's and
+the all-reduces of the gradients of weights that stay whole (the norms'). Recomputed, each block's
+forward gathers and scatters again: its 2 all-reduces' payload twice."""
 
 from __future__ import annotations
 
@@ -21,16 +27,31 @@ def traffic(job: Job) -> Traffic:
         return Traffic()
     samples = job.batch_size // mesh.dp  # a replica's, over its micro-batches
     spec, micro = job.spec, job.microbatches
-    elements, calls = spec.tp_traffic(job.model, job.data, samples, job.stages, micro)
     forward = precision_of(job.trainer).activation_bytes
     elem = (forward + spec.between_layers_bytes(forward)) / 2
-    payload = elements * elem
+    if job.sequence:  # the blocks' all-reduces become sequence parallelism's (sp)
+        elements, calls = spec.sp_tp_traffic(job.model, micro)
+        payload = elements * 4
+    else:
+        elements, calls = spec.tp_traffic(job.model, job.data, samples, job.stages, micro)
+        payload = elements * elem
     if job.vocab_tp:
-        vocab, vocab_calls = spec.vocab_tp_traffic(job.model, job.data, samples, job.stages, micro)
+        vocab, vocab_calls = spec.vocab_tp_traffic(
+            job.model, job.data, samples, job.stages, micro, job.sequence
+        )
         payload, calls = payload + vocab * 4, calls + vocab_calls
     mode = job.trainer.recompute  # full recomputation re-runs forward all-reduces in backward
     again, again_calls = spec.tp_recompute_traffic(
         job.model, job.data, samples, job.stages, micro, mode
     )
-    payload, calls = payload + again * forward, calls + again_calls
-    return Traffic({"tp": payload / mesh.pp}, {"tp": calls / mesh.pp})
+    moved = {"tp": payload + again * forward}, {"tp": calls + again_calls}
+    if job.sequence:
+        blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
+        moved[0]["sp"], moved[1]["sp"] = blocks * elem + ends * 4, sp_calls
+        moved[0]["tp"], moved[1]["tp"] = payload, calls  # recomputing gathers and scatters
+        if again:
+            moved[0]["sp"] += 2 * again * elem
+            moved[1]["sp"] += 2 * again_calls
+    return Traffic(
+        {d: v / mesh.pp for d, v in moved[0].items()}, {d: v / mesh.pp for d, v in moved[1].items()}
+    )

@@ -11,6 +11,16 @@ three column-parallel projections share one input, so it is made a replicated DT
 attention's entry): 2 all-reduces of b*s*h forward and 2 backward per block and micro-batch.
 Norms stay whole: their inputs and gradients are the same on every rank.
 
+Sequence parallelism (`parallel.sequence_parallel`, Megatron-LM's, on the same tp ranks): the
+residual stream between the split layers (the norms, the residual adds, dropout) is split along
+the sequence, Shard(1), each rank holding s/tp of every sample's positions. An all-gather of the
+stream (b*s*h) before the attention's and the FFN's column-parallel layers, and a reduce-scatter
+of the row-parallel layers' outputs (b*s*h) into the stream, replace each all-reduce; backward
+swaps the two. The stream enters the first block by a plain split (its backward: an all-gather)
+and leaves the last one by an all-gather (its backward: nothing, or with the vocabulary split a
+reduce-scatter of the output layer's partial input gradient). The norms' weights stay whole: their
+gradients, partial on each rank's positions, are all-reduced.
+
 Vocabulary parallelism (`parallel.vocab_parallel`, Megatron-LM's): the embedding matrix is split
 by rows, vocab/tp each. The embedding looks up the rows a rank holds (the others masked to zero)
 and one all-reduce of b*s*h sums them in forward (RowwiseParallel on nn.Embedding). The tied output
@@ -34,6 +44,7 @@ from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
     RowwiseParallel,
+    SequenceParallel,
     parallelize_module,
 )
 
@@ -87,17 +98,69 @@ def block_plan() -> dict[str, object]:
     }
 
 
-def parallelize(module: nn.Module, mesh: DeviceMesh, vocab_parallel: bool = False) -> nn.Module:
-    """Split every block of `module` (the whole decoder or one stage) over the 1-D mesh, and with
-    `vocab_parallel` its embedding and output layer by vocabulary rows."""
-    for block in [m for m in module.modules() if isinstance(m, Block)]:
-        parallelize_module(block, mesh, block_plan())
+def sequence_plan() -> dict[str, object]:
+    """A block's plan with the stream split along the sequence (Shard(1)) outside the split
+    layers: gathered into each sub-layer, its row-parallel output scattered back."""
+    gathered = PrepareModuleInput(
+        input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),), use_local_output=False
+    )
+    return {
+        "norm1": SequenceParallel(),
+        "norm2": SequenceParallel(),
+        "attn": gathered,
+        "attn.q_proj": ColwiseParallel(),
+        "attn.k_proj": ColwiseParallel(),
+        "attn.v_proj": ColwiseParallel(),
+        "attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        "ffn": gathered,
+        "ffn.up": ColwiseParallel(),
+        "ffn.down": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+    }
+
+
+def parallelize(
+    module: nn.Module, mesh: DeviceMesh, vocab_parallel: bool = False, sequence: bool = False
+) -> nn.Module:
+    """Split every block of `module` (the whole decoder or one stage) over the 1-D mesh; with
+    `vocab_parallel` its embedding and output layer by vocabulary rows; with `sequence` the
+    stream between the split layers along the sequence (the whole decoder only)."""
+    blocks = [m for m in module.modules() if isinstance(m, Block)]
+    for block in blocks:
+        parallelize_module(block, mesh, sequence_plan() if sequence else block_plan())
+        if sequence:
+            summed_at_backward(block.norm1, block.norm2)
+    if sequence:
+        split_sequence(blocks, mesh)
     if vocab_parallel:
-        split_vocabulary(module, mesh)
+        split_vocabulary(module, mesh, sequence)
+    elif sequence:  # every rank computes all the logits: from the whole stream
+        whole = PrepareModuleInput(
+            input_layouts=(Shard(1), None),
+            desired_input_layouts=(Replicate(), None),
+            use_local_output=True,
+        )
+        parallelize_module(module.head, mesh, whole)
     return module
 
 
-def split_vocabulary(module: nn.Module, mesh: DeviceMesh) -> None:
+def summed_at_backward(*norms: nn.Module) -> None:
+    """A norm's weights are whole on every rank, but each rank's gradient comes from its own
+    positions: partial. Summed as backward makes it (one all-reduce a weight and micro-batch);
+    left partial, every optimizer operation that reads it would all-reduce it again."""
+    for weight in [p for norm in norms for p in norm.parameters()]:
+        weight.register_hook(lambda grad, w=weight: grad.redistribute(placements=w.placements))
+
+
+def split_sequence(blocks: list[nn.Module], mesh: DeviceMesh) -> None:
+    """The stream enters the first block split along the sequence: each rank keeps its positions
+    of the embedding's output, which is whole on every rank (no collective forward)."""
+    split = PrepareModuleInput(
+        input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=False
+    )
+    parallelize_module(blocks[0], mesh, split)
+
+
+def split_vocabulary(module: nn.Module, mesh: DeviceMesh, sequence: bool = False) -> None:
     """One Shard(0) DTensor weight serves both ends: the embedding's lookup (the token ids are
     the same on every rank) and the output layer, which takes it as it is and the hidden states
     as replicated. Both uses add their gradients into that one parameter's shard (under DDP, into
@@ -114,7 +177,8 @@ def split_vocabulary(module: nn.Module, mesh: DeviceMesh) -> None:
         weight.register_hook(lambda grad: grad.redistribute(placements=weight.placements))
     if head is not None:
         layouts = (Replicate(), Shard(0))
+        stream = (Shard(1) if sequence else Replicate(), Shard(0))  # gathered when split
         prepare = PrepareModuleInput(
-            input_layouts=layouts, desired_input_layouts=layouts, use_local_output=False
+            input_layouts=stream, desired_input_layouts=layouts, use_local_output=False
         )
         parallelize_module(head, mesh, prepare)

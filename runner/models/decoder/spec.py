@@ -33,6 +33,7 @@ def vocab_rows(m: Cfg, tp: int, vocab_tp: bool) -> int:
 
 
 class DecoderSpec(ModelSpec):
+    sequence = True  # a sequence dimension to split (parallel.sequence_parallel)
     tied_ends = True  # the embedding is the output layer too
     fp32_stream = True  # blocks add to the residual stream, which autocast leaves fp32
 
@@ -95,7 +96,9 @@ class DecoderSpec(ModelSpec):
 
     def activation_bytes(self, m: Cfg, held: Activations) -> float:
         """Korthikanti et al. (2022): without recomputation s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
-        per layer at 16 bits, plus the fp32 logits. Selective recomputation drops the attention's
+        per layer at 16 bits, plus the fp32 logits; with sequence parallelism the 10 that every
+        tensor-parallel rank held whole (the norms', the residual adds', dropout's) split too:
+        s*b*h*(34/t + 5*a*s/(h*t)). Selective recomputation drops the attention's
         5*a*s/(h*t) (its scores, softmax and dropout mask, which the math attention saves: the
         flash kernel saves none, and the suite measures the default decoder, dropout 0.1, whose
         attention on a CPU is the math one). Full: each layer's input (s*b*h values of the
@@ -104,12 +107,14 @@ class DecoderSpec(ModelSpec):
 
         def per_layer(attention: bool) -> float:
             scores = 5 * a * s / (h * t) if attention else 0
-            return s * b * h * (10 + 24 / t + scores) * held.elem / 2
+            outside = 10 / t if held.sequence else 10  # what lies between the split layers
+            return s * b * h * (outside + 24 / t + scores) * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
         logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4
         if held.recompute == "full":
             block_input = s * b * h * self.between_layers_bytes(held.elem)
+            block_input /= t if held.sequence else 1  # each rank's positions of the stream
             return held.in_flight * held.layers * block_input + per_layer(True) + logits
         return held.in_flight * held.layers * per_layer(held.recompute == "none") + logits
 
@@ -165,16 +170,45 @@ class DecoderSpec(ModelSpec):
         layers = m["n_layers"]
         return 4 * samples * data["seq_len"] * m["d_model"] * layers, 4 * layers * microbatches
 
+    def sp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, microbatches: int, vocab_tp: bool
+    ) -> tuple[float, float, float]:
+        """Sequence parallelism's all-gathers and reduce-scatters (runner/models/decoder/
+        parallelize.py), each of b*s*h per micro-batch of b samples. Per block 2 all-gathers and
+        2 reduce-scatters forward, as many backward: half of them carry the fp32 stream (the
+        norms' outputs, their gradients), half the layers' outputs and their gradients, in what
+        autocast computes, as tensor parallelism's all-reduces do. At the ends, fp32: the stream
+        split into the first block (an all-gather backward) and gathered out of the last (one
+        forward; with the vocabulary split, a reduce-scatter backward). Measured with the tensor
+        probe."""
+        bsh, layers = samples * data["seq_len"] * m["d_model"], m["n_layers"]
+        ends = 2 + vocab_tp
+        return 8 * layers * bsh, ends * bsh, (8 * layers + ends) * microbatches
+
+    def sp_tp_traffic(self, m: Cfg, microbatches: int) -> tuple[float, float]:
+        """The norms' weights, whole on every rank, each rank's gradient from its own positions:
+        one all-reduce of each (2 norms x weight and bias, h each) per block and micro-batch."""
+        return 4 * m["d_model"] * m["n_layers"] * microbatches, 4 * m["n_layers"] * microbatches
+
     def vocab_tp_traffic(
-        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+        self,
+        m: Cfg,
+        data: Cfg,
+        samples: int,
+        stages: list[range],
+        microbatches: int,
+        sequence: bool = False,
     ) -> tuple[float, float]:
         """Per micro-batch of b samples, all fp32 (the embedding runs outside autocast; the
         output layer's input gradient flows back into the fp32 residual stream; the loss's logits
         are fp32): the embedding's forward all-reduce (b*s*h), the output layer's backward one of
         its input gradient (b*s*h), and loss_parallel's three in forward (b*s each: the max, the
         sum of exponentials, the target's logit; none in backward). Measured with the tensor
-        probe (runner/layouts/tensor/probe.py)."""
+        probe (runner/layouts/tensor/probe.py). With sequence parallelism the output layer's
+        backward reduce-scatters instead (sp_traffic)."""
         tokens = samples * data["seq_len"]
+        if sequence:
+            return tokens * (m["d_model"] + 3), 4 * microbatches
         return tokens * (2 * m["d_model"] + 3), 5 * microbatches
 
     def tp_recompute_traffic(
@@ -193,10 +227,12 @@ class DecoderSpec(ModelSpec):
     def vocab_split_passes(self, m: Cfg) -> int:
         return 3  # the embedding, the output layer, the loss on its sharded logits
 
-    def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
+    def parallelize(
+        self, module: Any, tp_mesh: Any, vocab_parallel: bool = False, sequence: bool = False
+    ) -> Any:
         from runner.models.decoder.parallelize import parallelize
 
-        return parallelize(module, tp_mesh, vocab_parallel)
+        return parallelize(module, tp_mesh, vocab_parallel, sequence)
 
     def recompute_units(self, model: Any) -> list[Any]:
         return list(model.blocks)

@@ -138,7 +138,9 @@ class FFNNSpec(ModelSpec):
 
         return stage_example(model, layers, first, microbatch)
 
-    def parallelize(self, module: Any, tp_mesh: Any, vocab_parallel: bool = False) -> Any:
+    def parallelize(
+        self, module: Any, tp_mesh: Any, vocab_parallel: bool = False, sequence: bool = False
+    ) -> Any:
         from runner.models.plans import split_linear_pairs
 
         return split_linear_pairs(module, tp_mesh)

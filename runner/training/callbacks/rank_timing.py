@@ -29,7 +29,7 @@ from runner.clock import EventClock, HostClock
 from runner.intervals import union_s
 from runner.layouts.layout import layout_of
 from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes
-from runner.mesh import DIMS
+from runner.mesh import TRAFFIC_DIMS
 from runner.metrics import (
     BUBBLE_MEASURED,
     COMM_ALGBW,
@@ -101,7 +101,7 @@ class Step:
     def payloads(self) -> dict[str, float]:
         """Bytes this rank handed to collectives, per mesh dimension; for the collectives' bus
         bandwidth, their bytes as nccl-tests weights them and the time they were in flight."""
-        out = dict.fromkeys((SENT.format(dim) for dim in DIMS), 0.0)
+        out = dict.fromkeys((SENT.format(dim) for dim in TRAFFIC_DIMS), 0.0)
         for t in self.transfers:
             if t.dim:
                 out[SENT.format(t.dim)] += t.nbytes
@@ -110,7 +110,7 @@ class Step:
                 if t.dim == "dp" and t.nbytes:
                     key = SENT_BY_COLLECTIVE.format(collective(t.kind))
                     out[key] = out.get(key, 0.0) + t.nbytes
-        for dim in ("dp", "tp"):  # collectives; a pipeline's P2P sends: p2p_bandwidth
+        for dim in ("dp", "tp", "sp"):  # collectives; a pipeline's P2P sends: p2p_bandwidth
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
                 out[BUS_BYTES.format(dim)] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
@@ -339,7 +339,7 @@ def bandwidths(per_rank: list[dict[str, float]], sizes: dict[str, int]) -> dict[
     """Per mesh dimension, what its transfers delivered (means over ranks, GB/s): algbw, the
     payload over the time a transfer was in flight; busbw, nccl-tests' bus bandwidth."""
     out = {}
-    for dim in ("dp", "tp", "pp"):
+    for dim in TRAFFIC_DIMS:
         timed = [r for r in per_rank if r.get(BUSY.format(dim))]
         if not timed or sizes.get(dim, 1) < 2:
             continue
@@ -376,7 +376,7 @@ def combine(
     out |= {f.name: fmean(r[f.name] for r in per_rank) for f in means}
     out[worst(IDLE_FRACTION)] = max(r[IDLE_FRACTION.name] for r in per_rank)
     # Payloads per rank; the mean over ranks where they differ (pipeline stages do).
-    for dim in ("dp", "tp", "pp"):
+    for dim in TRAFFIC_DIMS:
         sizes = [r.get(SENT.format(dim), 0.0) for r in per_rank]
         if any(sizes):
             out[COMM_BYTES_PER_STEP.at(dim=dim)] = fmean(sizes)

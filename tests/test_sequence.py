@@ -1,0 +1,92 @@
+"""Sequence parallelism (parallel.sequence_parallel, with tp): the decoder's stream between its
+split layers split along the sequence. Each layout equals the single-process run; its
+all-gathers and reduce-scatters are counted (comm_bytes_per_step/sp) and equal the formula
+exactly; bad layouts are refused before launch."""
+
+from pathlib import Path
+
+import pytest
+
+from runner import validate
+from runner.job import resolve_job
+from runner.planner.memory import activation_bytes, memory_per_device_gib
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.metrics import assert_registered
+from tests.helpers.records import all_runs, loss_series, losses_by_step
+
+RELATIVE = 1e-5  # fp32: partial sums and the norms' gradients add in another order
+JOB = ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropout=0",
+       "trainer.max_steps=6", "data.batch_size=16"]  # fmt: skip
+SP = "parallel.sequence_parallel=true"
+LAYOUTS = {  # the layout's overrides -> its world size and the dimensions whose bytes it counts
+    "tp=2": (["parallel=tensor", "hardware.devices=2"], {"tp", "sp"}),
+    "tp=2, whole vocabulary": (
+        ["parallel=tensor", "hardware.devices=2", "parallel.vocab_parallel=false"],
+        {"tp", "sp"},
+    ),
+    "tp=4": (["parallel=tensor", "hardware.devices=4"], {"tp", "sp"}),
+    # the norms' gradients are all-reduced at every micro-batch's backward
+    "tp=2, 2 micro-batches": (
+        ["parallel=tensor", "hardware.devices=2", "parallel.microbatches=2"],
+        {"tp", "sp"},
+    ),
+    "dp=2 x tp=2": (["parallel=dp_tp"], {"dp", "tp", "sp"}),
+}
+
+
+@pytest.mark.slow
+def test_every_layout_equals_the_single_process_run_and_counts_its_collectives(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    single = loss_series(store, train(*JOB))
+    for name, (layout, dims) in LAYOUTS.items():
+        done = cli(*JOB, *QUICK, *layout, SP, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        run = max(all_runs(store), key=lambda r: r.info.start_time)
+        assert run.data.params["parallel.sequence_parallel"] == "True", name
+        assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE), name
+        m = run.data.metrics
+        for dim in dims:  # measured from the collectives that ran, predicted from the formulas
+            key = f"comm_bytes_per_step/{dim}"
+            assert m[key] == m[f"pred/{key}"], (name, key, m[key], m[f"pred/{key}"])
+        assert {k.split("/")[1] for k in m if k.startswith("comm_bytes_per_step")} == dims, name
+        assert m["comm_busbw_gbs/sp"] > 0, name
+        assert_registered(run)
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective"])
+def test_the_planner_splits_what_lies_between_the_split_layers(recompute: str) -> None:
+    """Korthikanti et al. (2022), bytes a layer at 16 bits: s*b*h*(10 + 24/t + 5as/(ht)) with
+    tensor parallelism alone, s*b*h*(34/t + 5as/(ht)) with sequence parallelism; selective
+    recomputation drops the 5as/(ht). GPT-3 175B at tp 8, pp 16 (6 layers a stage), 16
+    micro-batches of 1F1B in flight on the first stage: s 2,048, h 12,288, a 96; and the fp32
+    logits of the vocabulary's share, b*s*V/t."""
+    s, h, a, t, layers, in_flight = 2048, 12288, 96, 8, 6, 16
+    scores = 0 if recompute == "selective" else 5 * a * s / (h * t)
+    for sp, coefficient in ((False, 10 + 24 / t + scores), (True, 34 / t + scores)):
+        cfg, _ = compose_job(
+            "mode=plan", "model=gpt3_175b", "hardware=h100_cluster", "parallel.tp=8",
+            "parallel.pp=16", "parallel.microbatches=16", "trainer.precision=bf16-mixed",
+            f"trainer.recompute={recompute}", f"parallel.sequence_parallel={sp}",
+        )  # fmt: skip
+        validate.validate(cfg)
+        job = resolve_job(cfg)
+        b = job.batch_size // (job.mesh.dp * job.microbatches)
+        logits = b * s * -(-job.model["vocab_size"] // t) * 4
+        expected = in_flight * layers * s * b * h * coefficient * 2 / 2 + logits
+        assert activation_bytes(job) == pytest.approx(expected, rel=1e-12), sp
+
+
+def test_gpt3_fits_an_h100_with_sequence_parallelism_and_not_without() -> None:
+    """docs/parallelism.md's plan: 82.7 GiB a device without it, 43.3 GiB with it."""
+    totals = {}
+    for sp in (False, True):
+        cfg, _ = compose_job(
+            "mode=plan", "model=gpt3_175b", "hardware=h100_cluster", "parallel.tp=8",
+            "parallel.pp=16", "parallel.microbatches=16", "trainer.precision=bf16-mixed",
+            "trainer.recompute=selective", f"parallel.sequence_parallel={sp}",
+        )  # fmt: skip
+        validate.validate(cfg)
+        totals[sp] = round(memory_per_device_gib(resolve_job(cfg))["total"], 1)
+    assert totals == {False: 82.7, True: 43.3}
