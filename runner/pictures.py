@@ -17,8 +17,10 @@ COLORS = {
     "all-reduce": "#C44E52",
     "p2p wait": "#937860",
     "tp all-reduce": "#DA8BC3",
-    "sp all-gather": "#8C8C8C",  # sequence parallelism's, on the tp ranks
-    "sp reduce-scatter": "#CCB974",
+    "tp all-gather": "#8C8C8C",
+    "tp reduce-scatter": "#CCB974",
+    "sp all-gather": "#17BECF",  # sequence parallelism's, on the tp ranks
+    "sp reduce-scatter": "#BCBD22",
     "dp all-gather": "#64B5CD",
     "dp reduce-scatter": "#E17C05",
     "dp broadcast": "#2CA02C",

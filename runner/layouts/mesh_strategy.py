@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -29,7 +28,7 @@ from runner.layouts.layout import Layout, LocalShard
 from runner.layouts.probes import Recorder
 from runner.layouts.process_group import backend, timeout
 from runner.layouts.sharded.shard import Sharding
-from runner.layouts.tensor.split import TensorSplit
+from runner.layouts.tensor.split import TensorSplit, plan_of
 from runner.mesh import DIMS, Mesh
 from runner.models.registry import spec_for
 from runner.models.spec import ModelSpec
@@ -157,11 +156,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
     spec = spec_for(cfg.model) or ModelSpec(name="", config=object)
     return MeshStrategy(
         mesh,
-        partial(
-            spec.parallelize,
-            vocab_parallel=cfg.parallel.vocab_parallel,
-            sequence=cfg.parallel.sequence_parallel,
-        ),
+        plan_of(spec, cfg.parallel.vocab_parallel, cfg.parallel.sequence_parallel),
         cfg.parallel.bucket_cap_mb,
         cfg.parallel.shard,
         spec.recompute_units,

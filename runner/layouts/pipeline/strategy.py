@@ -14,7 +14,6 @@ DDP-wrapped stage all-reduces on the last micro-batch's backward only (no_sync o
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import torch
@@ -41,6 +40,7 @@ from runner.layouts.pipeline.stages import (
 )
 from runner.layouts.probes import Schedule, Transfer
 from runner.layouts.process_group import backend, timeout
+from runner.layouts.tensor.split import plan_of
 from runner.losses import on_shards
 from runner.mesh import Mesh
 from runner.metrics import TRAIN_LOSS, VAL_LOSS
@@ -65,7 +65,7 @@ class PipelineStrategy(MeshStrategy):
         sequence: bool = False,  # parallel.sequence_parallel (one stage: gradient accumulation)
         **kw: Any,
     ):
-        split = partial(spec.parallelize, vocab_parallel=vocab_parallel, sequence=sequence)
+        split = plan_of(spec, vocab_parallel, sequence)
         super().__init__(parallelize=split, sequence=sequence, **kw)
         # The last stage's logits are split over the vocabulary: the schedule's loss and its
         # backward run under loss_parallel (runner/losses.py). Harmless for a model without one.

@@ -5,6 +5,8 @@ activations between them along the sequence; its collectives probed."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -28,3 +30,10 @@ class TensorSplit:
         """Every collective DTensor runs for the split layers."""
         if self.tp > 1:
             collectives.install(record, self.sequence)
+
+
+def plan_of(spec: Any, vocab_parallel: bool, sequence: bool) -> Callable[..., nn.Module]:
+    """The spec's `parallelize` with the layout's switches. `sequence` only where it is on: a
+    spec without a sequence (a user's, as docs/extending.md writes one) keeps its signature."""
+    split = partial(spec.parallelize, vocab_parallel=vocab_parallel)
+    return partial(split, sequence=True) if sequence else split
