@@ -3,9 +3,11 @@ split layers split along the sequence. Each layout equals the single-process run
 all-gathers and reduce-scatters are counted (comm_bytes_per_step/sp) and equal the formula
 exactly; bad layouts are refused before launch."""
 
+import json
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from runner import validate
 from runner.job import resolve_job
@@ -53,6 +55,14 @@ def test_every_layout_equals_the_single_process_run_and_counts_its_collectives(
         assert {k.split("/")[1] for k in m if k.startswith("comm_bytes_per_step")} == dims, name
         assert m["comm_busbw_gbs/sp"] > 0, name
         assert_registered(run)
+        if name == "tp=2":  # the timeline shows what ran: sp's gathers and scatters, tp's sums
+            trace = MlflowClient(store).download_artifacts(
+                run.info.run_id, "timeline.trace.json", str(tmp_path)
+            )
+            events = json.loads(Path(trace).read_text())["traceEvents"]
+            for rank in (0, 1):
+                shown = {e["name"] for e in events if e.get("ph") == "X" and e["tid"] == rank}
+                assert {"sp all-gather", "sp reduce-scatter", "tp all-reduce"} <= shown, rank
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective"])
