@@ -146,6 +146,7 @@ BAD = [
     ),
     (["parallel=pp_tp", "parallel.sequence_parallel=true"], "trains without a pipeline (pp=1), g"),
     (["parallel=tp_sp", "hardware.devices=2", "data.seq_len=63"], "data.seq_len: 63 positions do"),
+    (["parallel=tp_sp", "trainer.recompute=selective"], "trainer.recompute: selective does not"),
     (["-m", "+experiment=bubble", "study.ends=FAILED"], "study.ends: FAILED needs a fault that "),
 ]
 

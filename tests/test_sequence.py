@@ -34,6 +34,11 @@ LAYOUTS = {  # the layout's overrides -> its world size and the dimensions whose
         {"tp", "sp"},
     ),
     "dp=2 x tp=2": (["parallel=dp_tp"], {"dp", "tp", "sp"}),
+    # each block's forward gathers and scatters again, in backward
+    "tp=2, full recomputation": (
+        ["parallel=tensor", "hardware.devices=2", "trainer.recompute=full"],
+        {"tp", "sp"},
+    ),
 }
 
 

@@ -170,3 +170,9 @@ def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
             key,
             f"trains without a pipeline (pp=1), got pp={mesh.pp}; plans take both",
         )
+        require(
+            cfg.trainer.recompute != "selective",
+            "trainer.recompute",
+            "selective does not train with parallel.sequence_parallel yet (none and full do; "
+            "plans take it)",
+        )
