@@ -44,14 +44,11 @@ def traffic(job: Job) -> Traffic:
     again, again_calls = spec.tp_recompute_traffic(
         job.model, job.data, samples, job.stages, micro, mode
     )
-    moved = {"tp": payload + again * forward}, {"tp": calls + again_calls}
-    if job.sequence:
-        blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
-        moved[0]["sp"], moved[1]["sp"] = blocks * elem + ends * 4, sp_calls
-        moved[0]["tp"], moved[1]["tp"] = payload, calls  # recomputing gathers and scatters
-        if again:
-            moved[0]["sp"] += 2 * again * elem
-            moved[1]["sp"] += 2 * again_calls
-    return Traffic(
-        {d: v / mesh.pp for d, v in moved[0].items()}, {d: v / mesh.pp for d, v in moved[1].items()}
-    )
+    if not job.sequence:
+        payload, calls = payload + again * forward, calls + again_calls
+        return Traffic({"tp": payload / mesh.pp}, {"tp": calls / mesh.pp})
+    blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
+    sp = blocks * elem + ends * 4 + 2 * again * elem  # recomputed: gathered and scattered again
+    sp_calls += 2 * again_calls
+    per_rank = {"tp": payload, "sp": sp}, {"tp": calls, "sp": sp_calls}
+    return Traffic(*({d: v / mesh.pp for d, v in part.items()} for part in per_rank))
