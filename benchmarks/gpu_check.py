@@ -19,10 +19,13 @@ It prints one table, a line per check with its figure and whether it passed:
    model: the measured bubble within 0.05 of (p-1)/(m+p-1).
 6. Check 2's two ranks sharded (`parallel.shard=full`: ZeRO-3 on FSDP2): the loss series equals
    one rank's, and every all-gather's and reduce-scatter's bytes equal the planner's.
+7. The two ranks splitting the sequence: tensor parallelism with sequence parallelism
+   (`parallel=tp_sp`), then context parallelism (`parallel=cp`, the ring attention): each loss
+   series equals one rank's, and sp's gathers and scatters and cp's sends equal the planner's.
 
 Without a GPU it says so in one line and exits 2. `--on-cpu` runs the same checks on this CPU with
 a small model (tests/test_gpu_check.py rehearses the script so): check 2 as on one GPU (two
-torchrun nodes), check 6 as on two (one launch of two ranks).
+torchrun nodes), checks 6 and 7 as on two (one launch of two ranks).
 Usage: .venv/bin/python -m benchmarks.gpu_check [--on-cpu]
 """
 
@@ -47,6 +50,7 @@ from runner.metrics import (
     BUBBLE_MEASURED,
     BUBBLE_THEORY,
     COMM_BYTES_BY_COLLECTIVE,
+    COMM_BYTES_PER_STEP,
     COMM_OVERLAP_FRACTION,
     MFU,
     PEAK_MEMORY,
@@ -184,17 +188,20 @@ def single_run(scratch: Path, m: Machine) -> str:
     return training_runs(scratch)[-1].info.run_id
 
 
-def pair_run(scratch: Path, m: Machine, *extra: str, nodes: bool = True) -> tuple[str, Any]:
-    """Check 1's job on two data-parallel ranks, and how they ran; the run. On a CPU, `nodes`
-    rehearses the one-GPU machine's two torchrun nodes, else the one launch of two ranks that a
-    machine of 2 GPUs makes (each path rehearsed once: the nodes cost a start-up each)."""
+def pair_run(
+    scratch: Path, m: Machine, *extra: str, nodes: bool = True, layout: str = "parallel=data"
+) -> tuple[str, Any]:
+    """Check 1's job on two ranks of `layout` (data-parallel ones by default), and how they ran;
+    the run. On a CPU, `nodes` rehearses the one-GPU machine's two torchrun nodes, else the one
+    launch of two ranks that a machine of 2 GPUs makes (each path rehearsed once: the nodes cost
+    a start-up each)."""
     job = [*m.hardware, *SMALL, "model.dropout=0", f"trainer.max_steps={m.small_steps}", *extra]
     if m.gpus >= 2 or (m.gpus == 0 and not nodes):
         how = "2 GPUs, NCCL" if m.gpus else "2 ranks on this CPU (one launch), gloo"
-        train(scratch, *job, "parallel=data", "hardware.devices=2")
+        train(scratch, *job, layout, "hardware.devices=2")
     else:  # NCCL refuses two ranks on one GPU: two torchrun "nodes" on this host, over gloo
         how = f"2 ranks sharing one {'GPU' if m.gpus else 'CPU'} (two torchrun nodes), gloo"
-        two_nodes(scratch, *job, "parallel=data", "hardware.nodes=2", "hardware.devices=1",
+        two_nodes(scratch, *job, layout, "hardware.nodes=2", "hardware.devices=1",
                   "dist.backend=gloo")  # fmt: skip
     return how, training_runs(scratch)[-1]
 
@@ -228,6 +235,25 @@ def sharded(scratch: Path, m: Machine, single: str) -> Row:
         f"scattered bytes {'equal' if exact else 'DIFFER from'} the planner's"
     )
     return Row("6. sharded data parallel", figure, diff <= LOSS_RELATIVE and exact)
+
+
+def sequence_split(scratch: Path, m: Machine, single: str) -> Row:
+    """Check 7: the pair as tp 2 with sequence parallelism, then as cp 2 (the ring attention):
+    the same losses as one rank's, and the dimension's bytes as the planner counts them."""
+    figures, passed = [], True
+    for layout, dim in (("parallel=tp_sp", "sp"), ("parallel=cp", "cp")):
+        how, pair = pair_run(scratch, m, nodes=False, layout=layout)
+        runs = (single, pair.info.run_id)
+        one, two = ([v[-1] for v in losses(scratch, r).values()] for r in runs)
+        key = COMM_BYTES_PER_STEP.at(dim=dim)
+        f, diff = pair.data.metrics, worst(two, one)
+        exact = f.get(key, -1) == f.get(prediction(key))
+        figures.append(
+            f"{dim}: losses within {diff:.1e} of one rank's, bytes "
+            f"{'equal' if exact else 'DIFFER from'} the planner's"
+        )
+        passed = passed and diff <= LOSS_RELATIVE and exact
+    return Row("7. sequence and context parallel", f"{how}: {'; '.join(figures)}", passed)
 
 
 def two_nodes(scratch: Path, *args: str) -> None:
@@ -333,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(data_parallel(scratch, m, single))
         progress("6. sharded data parallel")
         rows.append(sharded(scratch, m, single))
+        progress("7. sequence and context parallel")
+        rows.append(sequence_split(scratch, m, single))
         progress("3. snapshot and resume")
         rows.append(resume(scratch, m))
         progress("5. pipeline bubble")

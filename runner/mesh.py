@@ -1,8 +1,10 @@
-"""The device mesh's shape: how many ways a job splits its data (dp), its layer stack (pp) and
-each layer (tp); dp x pp x tp = the job's processes. Nothing here imports torch.
+"""The device mesh's shape: how many ways a job splits its data (dp), its layer stack (pp), its
+sequence (cp: context parallelism) and each layer (tp); dp x pp x cp x tp = the job's processes.
+Nothing here imports torch.
 
-Ranks are numbered with tp innermost, then dp, then pp (Megatron-LM's order): tensor-parallel
-ranks, which talk inside every layer, are neighbours, on one node where the job spans several.
+Ranks are numbered with tp innermost, then cp, then dp, then pp (Megatron-LM's order): tensor-
+parallel ranks, which talk inside every layer, are neighbours, on one node where the job spans
+several; context-parallel ones, which pass keys and values around a ring in every attention, next.
 A size left null takes whatever the device count leaves for it; with `hardware.devices` null too,
 the mesh alone says how many processes to start.
 """
@@ -16,12 +18,15 @@ from omegaconf import DictConfig
 
 from runner.errors import ConfigError, require
 
-DIMS = ("pp", "dp", "tp")  # outermost first: the order of the mesh's dimensions
-NAMES = {"dp": "data", "pp": "pipeline", "tp": "tensor"}
+DIMS = ("pp", "dp", "cp", "tp")  # outermost first: the order of the mesh's dimensions
+NAMES = {"dp": "data", "pp": "pipeline", "cp": "context", "tp": "tensor"}
 # What traffic is counted by: the mesh's dimensions, and sequence parallelism's collectives,
 # which run over the tp ranks (a dimension of its own in the figures, not of the mesh)
-TRAFFIC_DIMS = ("dp", "tp", "sp", "pp")
+TRAFFIC_DIMS = ("dp", "tp", "sp", "cp", "pp")
 RANKS_OF = {"sp": "tp"}  # a traffic dimension's ranks, where they are another's
+# Shown in a plan only where they move bytes: the others are, with their zeros, in every plan
+WHERE_USED = ("sp", "cp")
+P2P_DIMS = ("cp", "pp")  # sends to a neighbour, not collectives: a byte crosses one link once
 
 
 @dataclass(frozen=True)
@@ -29,48 +34,53 @@ class Mesh:
     pp: int = 1
     dp: int = 1
     tp: int = 1
+    cp: int = 1
 
     @property
-    def shape(self) -> tuple[int, int, int]:
-        return (self.pp, self.dp, self.tp)
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.pp, self.dp, self.cp, self.tp)
 
     @property
     def world(self) -> int:
-        return self.pp * self.dp * self.tp
+        return self.pp * self.dp * self.cp * self.tp
 
     def coords(self, rank: int) -> dict[str, int]:
         """This rank's index along each dimension."""
         return {
-            "pp": rank // (self.dp * self.tp),
-            "dp": rank // self.tp % self.dp,
+            "pp": rank // (self.dp * self.cp * self.tp),
+            "dp": rank // (self.cp * self.tp) % self.dp,
+            "cp": rank // self.tp % self.cp,
             "tp": rank % self.tp,
         }
 
     def size(self, dim: str) -> int:
-        """How many ranks a traffic dimension's collectives span (sp: the tp ranks)."""
+        """How many ranks a traffic dimension's collectives span (sp: the tp ranks; dp: the
+        replicas' and, with context parallelism, each one's cp ranks, which sum gradients too)."""
+        if dim == "dp":
+            return self.dp * self.cp
         return getattr(self, RANKS_OF.get(dim, dim))
 
-    def rank(self, pp: int, dp: int, tp: int) -> int:
+    def rank(self, pp: int, dp: int, tp: int, cp: int = 0) -> int:
         """The global rank at these coordinates."""
-        return (pp * self.dp + dp) * self.tp + tp
+        return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
 
     @property
     def layout(self) -> str:
         """What the job runs as: none, data, pipeline, tensor, or a combination like data+tensor."""
-        used = [NAMES[d] for d in ("dp", "pp", "tp") if getattr(self, d) > 1]
+        used = [NAMES[d] for d in ("dp", "pp", "cp", "tp") if getattr(self, d) > 1]
         return "+".join(used) or "none"
 
 
 def mesh_of(cfg: DictConfig) -> Mesh:
     """The mesh of a resolved config (see `resolve`): every size is a number."""
     p = cfg.parallel
-    return Mesh(pp=p.pp, dp=p.dp, tp=p.tp)
+    return Mesh(pp=p.pp, dp=p.dp, tp=p.tp, cp=p.get("cp", 1))
 
 
 def resolve(cfg: DictConfig, started: int | None = None) -> Mesh:
-    """Fill the sizes left null, and `hardware.devices` if null, so that dp x pp x tp = devices x
-    nodes; refuse a mesh that cannot match the processes. `started`: the processes torchrun or
-    SLURM started, which a null `hardware.devices` then takes."""
+    """Fill the sizes left null, and `hardware.devices` if null, so that dp x pp x cp x tp =
+    devices x nodes; refuse a mesh that cannot match the processes. `started`: the processes
+    torchrun or SLURM started, which a null `hardware.devices` then takes."""
     p, hw = cfg.parallel, cfg.hardware
     require(hw.devices is None or hw.devices > 0, "hardware.devices", "must be positive or null")
     if hw.devices is None and started is not None:
@@ -120,10 +130,16 @@ def _match(sizes: dict[str, int], devices: int, nodes: int) -> None:
     if math.prod(sizes.values()) != world:
         raise ConfigError(
             "parallel",
-            f"dp x pp x tp = {_product(sizes)} = {math.prod(sizes.values())} does not equal the "
-            f"{world} processes of hardware.devices={devices} x hardware.nodes={nodes}",
+            f"{' x '.join(_shown(sizes))} = {_product(sizes)} = {math.prod(sizes.values())} does "
+            f"not equal the {world} processes of hardware.devices={devices} x "
+            f"hardware.nodes={nodes}",
         )
 
 
+def _shown(sizes: dict[str, int]) -> list[str]:
+    """The dimensions a message names: context parallelism's where it is used."""
+    return [d for d in ("dp", "pp", "cp", "tp") if d in sizes and (d != "cp" or sizes[d] != 1)]
+
+
 def _product(sizes: dict[str, int]) -> str:
-    return " x ".join(f"{d}={sizes[d]}" for d in ("dp", "pp", "tp") if d in sizes) or "1"
+    return " x ".join(f"{d}={sizes[d]}" for d in _shown(sizes)) or "1"

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 # What each placeholder of a pattern stands for, as a regular expression.
 PARTS = {
-    "dim": "dp|tp|sp|pp",
+    "dim": "dp|tp|sp|cp|pp",
     "r": r"\d+",
     "collective": "all_reduce|broadcast|all_gather|reduce_scatter",
     "component": r"[a-z][a-z0-9_]*",  # a model spec's names: embedding, attention, ffn, ...
     "memory_part": "weights|weight_copies|gradients|optimizer_state|activations|total",
-    "time_part": "compute|bubble|dp|tp|pp|overhead",
+    "time_part": "compute|bubble|dp|tp|sp|cp|pp|overhead",
     "precision": "fp32|tf32|bf16|fp16",
     "link": "all_reduce|p2p",
     "figure": ".+",  # a measured figure with a prediction: checked in `matches`

@@ -25,18 +25,25 @@ COLORS = {
     "dp reduce-scatter": "#E17C05",
     "dp broadcast": "#2CA02C",
     "dp wait": "#8B0000",  # the rank waiting for a prefetched all-gather: exposed
+    "cp send-recv": "#9467BD",  # the ring attention's keys and values (or their gradients)
+    "cp wait": "#4B0082",  # the rank waiting for them: exposed
     "idle": "#E5E5E5",
 }
 # What a bar's legend says where its kind alone would puzzle: a pure pipeline all-reduces too (the
 # loss's mean over ranks, for the log and to agree on a stop), not only DDP's gradients.
-LEGEND = {"all-reduce": "all-reduce (gradients; the loss's mean)", "dp wait": "dp wait (exposed)"}
+LEGEND = {
+    "all-reduce": "all-reduce (gradients; the loss's mean)",
+    "dp wait": "dp wait (exposed)",
+    "cp wait": "cp wait (exposed)",
+}
 LABEL_WIDTH = 0.008  # of the time axis a character of a bar's label takes, at 7 points
 LEGEND_COLUMNS = 5
 # Compute fills the row; communication runs beside it (it may overlap compute), in a band below.
 COMM_KINDS = {
     k
     for k in COLORS
-    if k.split()[-1] in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "wait")
+    if k.split()[-1]
+    in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "send-recv", "wait")
 }
 
 

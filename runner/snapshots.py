@@ -42,10 +42,11 @@ MARK = "runner.json"
 
 
 def shown_as(key: str, value: Any) -> str:
-    """A mesh as dp/pp/tp sizes (it is kept as [pp, dp, tp]); anything else as it is."""
-    if key == "mesh" and isinstance(value, list) and len(value) == 3:
-        pp, dp, tp = value
-        return f"dp={dp} x pp={pp} x tp={tp}"
+    """A mesh as dp/pp/cp/tp sizes (it is kept as [pp, dp, tp], or [pp, dp, cp, tp] with context
+    parallelism); anything else as it is."""
+    if key == "mesh" and isinstance(value, list) and len(value) in (3, 4):
+        pp, dp, *cp, tp = value
+        return f"dp={dp} x pp={pp}{''.join(f' x cp={n}' for n in cp)} x tp={tp}"
     return str(value)
 
 
@@ -56,7 +57,8 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
     shard = cfg.parallel.get("shard", "none") if mesh.dp > 1 else "none"
     return {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
-        "mesh": list(mesh.shape),
+        # as snapshots from before context parallelism keep it, where it has none
+        "mesh": list(mesh.shape) if mesh.cp > 1 else [mesh.pp, mesh.dp, mesh.tp],
     } | ({"shard": shard} if shard != "none" else {})
 
 

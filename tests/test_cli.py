@@ -114,7 +114,7 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(
 BAD = [
     (["model.n_layers=abc"], "model.n_layers"),
     (["model.nope=1"], "model.nope"),
-    (["model=resnet"], "decoder, ffnn, gpt3_175b, neuron"),
+    (["model=resnet"], "decoder, ffnn, gpt3_175b, llama3_405b, neuron"),
     (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
     (["data.batch_size=-4"], "data.batch_size"),
     (["model=gpt3_175b"], "174.6 B parameters"),
@@ -148,6 +148,22 @@ BAD = [
     (["parallel=tp_sp", "hardware.devices=2", "data.seq_len=63"], "data.seq_len: 63 positions do"),
     (["parallel=tp_sp", "trainer.recompute=selective"], "trainer.recompute: selective does not"),
     (["-m", "+experiment=bubble", "study.ends=FAILED"], "study.ends: FAILED needs a fault that "),
+    # Context parallelism splits the decoder's sequence into 2 x cp chunks, over its own ranks
+    (["model=ffnn", "parallel=cp", "hardware.devices=2"], "parallel.cp: this model has no sequenc"),
+    (["parallel=cp", "hardware.devices=4", "data.seq_len=60"], "data.seq_len: 60 positions do not"),
+    (
+        ["parallel=cp", "parallel.cp=2", "parallel.tp=2", "hardware.devices=2"],
+        "parallel: dp x pp x",
+    ),
+    (
+        ["parallel=tp_sp", "parallel.cp=2"],
+        "parallel.sequence_parallel: splits the sequence over the",
+    ),
+    (["parallel=dp_cp", "parallel.shard=full"], "parallel.shard: shards over the dp ranks alone h"),
+    (
+        ["parallel=cp", "hardware.devices=2", "trainer.recompute=selective"],
+        "trainer.recompute: sel",
+    ),
 ]
 
 

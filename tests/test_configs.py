@@ -37,7 +37,7 @@ def test_option_composes_and_validates(group: str, option: str) -> None:
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-    refused_here = {"gpt3_175b": "model"}  # too large to train: refused, by name
+    refused_here = {"gpt3_175b": "model", "llama3_405b": "model"}  # too large: refused, by name
     # A plan prices GPUs it does not need (plan_gpt3); training needs them here
     if cfg.hardware.accelerator == "gpu" and cfg.mode == "train" and not torch.cuda.is_available():
         refused_here[option] = "hardware.accelerator"
@@ -169,4 +169,4 @@ def test_replicas_fill_the_devices_no_layout_takes() -> None:
     """A cluster profile plans without a layout: its 128 devices are data-parallel replicas."""
     cfg, _ = compose_job("mode=plan", "model=gpt3_175b", "hardware=h100_cluster",
                          "parallel.tp=8", "parallel.pp=4")  # fmt: skip
-    assert tuple(validate.resolve_mesh(cfg).shape) == (4, 4, 8)  # pp, dp, tp
+    assert tuple(validate.resolve_mesh(cfg).shape) == (4, 4, 1, 8)  # pp, dp, cp, tp

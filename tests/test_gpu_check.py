@@ -45,9 +45,10 @@ def test_its_checks_rehearsed_on_this_cpu_pass(
     code = gpu_check.main(["--on-cpu"])
     out = capfd.readouterr().out
     assert code == 0, out
-    checks = ("1.", "2.", "3.", "4.", "5.", "6.")
+    checks = ("1.", "2.", "3.", "4.", "5.", "6.", "7.")
     rows = [line for line in out.splitlines() if line[:2] in checks]
-    assert len(rows) == 10 and all("  pass  " in row for row in rows), out
+    assert len(rows) == 11 and all("  pass  " in row for row in rows), out
+    assert "sp: losses within" in out and "cp: losses within" in out  # check 7, both splits
     assert "GPU 0 none sampled" in out  # MLflow's system metrics, the host's alone
     assert "sharing one CPU (two torchrun nodes)" in out  # check 2: the one-GPU machine's path
     assert "2 ranks on this CPU (one launch)" in out  # check 6: the path of two GPUs

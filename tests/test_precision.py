@@ -54,13 +54,13 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
     single = loss_series(store, train(*decoder, BF16))
     assert single != loss_series(store, train(*decoder))  # autocast changed the arithmetic
     for job, presets in (
-        ([*decoder, "hardware.devices=2"], "data,tensor,tp_sp,pipeline"),
+        ([*decoder, "hardware.devices=2"], "data,tensor,tp_sp,cp,pipeline"),
         (decoder, "dp_tp,dp_pp,pp_tp"),
     ):
         done = cli("-m", *job, *QUICK, BF16, f"parallel={presets}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     runs = [r for r in all_runs(store) if r.data.tags.get("world_size", "1") != "1"]
-    assert len(runs) == 7
+    assert len(runs) == 8
     for run in runs:
         m, layout = run.data.metrics, run.data.tags["parallel"]
         layout += " + sp" if run.data.params["parallel.sequence_parallel"] == "True" else ""

@@ -203,17 +203,18 @@ def test_a_null_size_takes_the_devices_the_others_leave(
 
 
 def test_tensor_ranks_are_neighbours_and_share_the_data() -> None:
-    """Megatron's order: tp innermost, then dp, then pp; only the dp index picks a data shard."""
-    mesh = Mesh(pp=2, dp=2, tp=2)
-    assert [tuple(mesh.coords(r).values()) for r in range(8)] == [
-        (p, d, t) for p in range(2) for d in range(2) for t in range(2)
+    """Megatron's order: tp innermost, then cp, dp, pp; only the dp index picks a data shard."""
+    mesh = Mesh(pp=2, dp=2, tp=2, cp=2)
+    assert [tuple(mesh.coords(r).values()) for r in range(16)] == [
+        (p, d, c, t) for p in range(2) for d in range(2) for c in range(2) for t in range(2)
     ]
-    assert all(mesh.rank(**mesh.coords(r)) == r for r in range(8))
-    assert mesh.layout == "data+pipeline+tensor"
+    assert all(mesh.rank(**mesh.coords(r)) == r for r in range(16))
+    assert mesh.layout == "data+pipeline+context+tensor"
+    assert (mesh.size("dp"), mesh.size("sp"), mesh.size("cp")) == (4, 2, 2)  # cp sums with dp
 
 
 def test_the_layout_presets_are_complete_meshes() -> None:
-    for preset, world in {"dp_tp": 4, "dp_pp": 4, "pp_tp": 4, "none": 1}.items():
+    for preset, world in {"dp_tp": 4, "dp_pp": 4, "pp_tp": 4, "dp_cp": 4, "none": 1}.items():
         cfg, _ = compose_job(f"parallel={preset}")
         validate.validate(cfg)
         assert OmegaConf.select(cfg, "hardware.devices") == world, preset

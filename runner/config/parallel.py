@@ -8,11 +8,16 @@ from dataclasses import dataclass
 
 @dataclass
 class ParallelConfig:
-    # The device mesh: data-parallel replicas x pipeline stages x tensor-parallel shards. One size
-    # may be null: it takes the processes the others leave (runner/mesh.py).
+    # The device mesh: data-parallel replicas x pipeline stages x context-parallel ranks x tensor-
+    # parallel shards. One size may be null: it takes the processes the others leave
+    # (runner/mesh.py).
     dp: int | None = 1
     pp: int | None = 1
     tp: int | None = 1
+    # Context parallelism: every sample's sequence split over cp ranks for the whole model,
+    # attention passing keys and values around a ring of them (runner/layouts/context/); the cp
+    # ranks of a replica read the same samples and sum their gradients with the replicas'.
+    cp: int | None = 1
     # DDP's gradient bucket size, one all-reduce per bucket; null: torch's default, 25 MiB after
     # a first bucket of 1 MiB, whose all-reduce starts while backward still runs
     bucket_cap_mb: float | None = None

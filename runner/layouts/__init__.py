@@ -15,6 +15,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from runner.job import Job
+from runner.layouts.context import traffic as context_traffic
 from runner.layouts.data import traffic as data_traffic
 from runner.layouts.pipeline import traffic as pipeline_traffic
 from runner.layouts.sharded import traffic as sharded_traffic
@@ -28,6 +29,7 @@ TRAFFIC = (
     data_traffic.traffic,
     sharded_traffic.traffic,
     tensor_traffic.traffic,
+    context_traffic.traffic,
     pipeline_traffic.traffic,
 )
 

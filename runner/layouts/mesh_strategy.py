@@ -1,8 +1,8 @@
-"""A Lightning strategy for a (pp, dp, tp) device mesh, composed of one part per technique: the
-tensor split (runner/layouts/tensor/split.py), replication over dp (runner/layouts/data/
-replicate.py) and sharding over dp (runner/layouts/sharded/shard.py). Alone it runs tensor
-parallelism, with data parallelism or sharded replicas or not; the pipeline strategy adds the
-stages.
+"""A Lightning strategy for a (pp, dp, cp, tp) device mesh, composed of one part per technique:
+the tensor split (runner/layouts/tensor/split.py), the context split (runner/layouts/context/
+split.py), replication over dp (runner/layouts/data/replicate.py) and sharding over dp
+(runner/layouts/sharded/shard.py). Alone it runs tensor and context parallelism, with data
+parallelism or sharded replicas or not; the pipeline strategy adds the stages.
 
 It reuses DDPStrategy's process group, ranks and reductions. Where DDP would wrap the whole
 LightningModule, it splits the plain model over the mesh's tp dimension and replicates (or
@@ -23,6 +23,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from runner.cluster import bind_gloo_to_loopback
+from runner.compat.device_mesh import flattened
+from runner.layouts.context.split import ContextSplit
 from runner.layouts.data.replicate import Replication
 from runner.layouts.layout import Layout, LocalShard
 from runner.layouts.probes import Recorder
@@ -46,12 +48,14 @@ class MeshStrategy(DDPStrategy, Layout):
         shard: str = "none",
         units: Callable[[nn.Module], list[nn.Module]] = lambda model: [],
         sequence: bool = False,  # parallel.sequence_parallel: what `parallelize` splits too
+        context: ContextSplit | None = None,  # parallel.cp: the sequence split over the cp ranks
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
         super().__init__(start_method="popen", **kw)
         self.shape = shape
         self.split = TensorSplit(parallelize, shape.tp, sequence)
+        self.context = context or ContextSplit(None, 1, 0)
         self.replication = Replication(bucket_cap_mb)
         # parallel.shard: nothing to split without several replicas
         level = shard if shape.dp > 1 else "none"
@@ -89,16 +93,21 @@ class MeshStrategy(DDPStrategy, Layout):
 
     # --- the parts, composed ---
     def split_layers(self, module: nn.Module) -> nn.Module:
-        return self.split.apply(module, self.device_mesh)
+        return self.context.apply(self.split.apply(module, self.device_mesh), self.device_mesh)
 
     def replicate(self, module: nn.Module) -> nn.Module:
-        """Over the data-parallel dimension: sharded, or replicated by DDP; the module itself
-        with one replica."""
-        if self.shape.dp == 1:
+        """Over the data-parallel dimension: sharded, or replicated by DDP (with the replicas'
+        cp ranks, which sum gradients too); the module itself with one replica."""
+        if self.shape.size("dp") == 1:
             return module
         if self.sharding is not None and self.sharding.shards_model:
             return self.sharding.apply(module, self.device_mesh, self.microbatches)
-        return self.replication.apply(module, self.device_mesh, self.root_device)
+        replicas = flattened(self.device_mesh, ("dp", "cp") if self.shape.cp > 1 else ("dp",))
+        return self.replication.apply(module, replicas, self.root_device)
+
+    def batch_to_device(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        """The batch on this rank's device; with context parallelism, its positions only."""
+        return self.context.batch(super().batch_to_device(batch, *args, **kwargs))
 
     def held(self, weight: nn.Parameter) -> nn.Parameter:
         """The parameter the optimizer steps for a module's weight."""
@@ -127,6 +136,7 @@ class MeshStrategy(DDPStrategy, Layout):
             gpu = self.root_device.type == "cuda"
             self.sharding.install_probes(record, self.optimizers, gpu)
         self.split.install_probes(record)
+        self.context.install_probes(record)
 
     def optimizer_key(self) -> str:
         zero = self.sharding is not None and self.sharding.level == "optimizer"
@@ -161,6 +171,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
         cfg.parallel.shard,
         spec.recompute_units,
         sequence=cfg.parallel.sequence_parallel,
+        context=ContextSplit(spec, mesh.cp, cfg.data.get("seq_len") or 0),
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

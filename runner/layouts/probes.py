@@ -28,7 +28,13 @@ Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro
 # factor here is the part before (n-1)/n. (A P2P send carries its payload once: factor 1.)
 # A broadcast's is 1 (a ring or pipelined broadcast puts S on every rank's link): reported as the
 # others, times (n-1)/n, it reads a little low. A wait moves nothing.
-BUS_BYTES = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0, "broadcast": 1.0}
+BUS_BYTES = {
+    "all-reduce": 2.0,
+    "all-gather": 1.0,
+    "reduce-scatter": 1.0,
+    "broadcast": 1.0,
+    "send-recv": 1.0,
+}
 
 
 def bus_bytes(kind: str, nbytes: int) -> float:

@@ -27,6 +27,8 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
         check_tensor(cfg, mesh)
     if cfg.parallel.sequence_parallel:
         check_sequence(cfg, mesh)
+    if mesh.cp > 1:
+        check_context(cfg, mesh)
 
 
 def batch_for_plan(cfg: DictConfig, mesh: Mesh) -> None:
@@ -175,4 +177,42 @@ def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
             "trainer.recompute",
             "selective does not train with parallel.sequence_parallel yet (none and full do; "
             "plans take it)",
+        )
+
+
+def check_context(cfg: DictConfig, mesh: Mesh) -> None:
+    """Context parallelism splits every sample's sequence into 2 x cp chunks, two per rank."""
+    spec = spec_for(cfg.model)
+    require(
+        spec is not None and spec.sequence, "parallel.cp", "this model has no sequence to split"
+    )
+    seq = cfg.data.get("seq_len") or 0
+    require(
+        seq % (2 * mesh.cp) == 0,
+        "data.seq_len",
+        f"{seq} positions do not split into 2 x cp = {2 * mesh.cp} equal chunks (two per "
+        f"context-parallel rank, for the causal mask's balance)",
+    )
+    require(
+        not cfg.parallel.sequence_parallel,
+        "parallel.sequence_parallel",
+        "splits the sequence over the tp ranks, and parallel.cp already splits it: use one",
+    )
+    if cfg.mode == "train":  # a plan shards over the replicas, as Llama 3's FSDP did
+        require(
+            cfg.parallel.shard == "none" or mesh.dp == 1,
+            "parallel.shard",
+            f"shards over the dp ranks alone here, and parallel.cp={mesh.cp} ranks sum "
+            "gradients with them: use none",
+        )
+        require(
+            cfg.trainer.recompute != "selective",
+            "trainer.recompute",
+            "selective does not train with parallel.cp yet (none and full do; plans take it)",
+        )
+        require(
+            not cfg.trainer.compile,
+            "trainer.compile",
+            "the ring attention sends and receives between its steps, which compiling does not "
+            "trace here: set trainer.compile=false with parallel.cp",
         )

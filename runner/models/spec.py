@@ -33,19 +33,23 @@ class Activations:
     recompute: str  # trainer.recompute: none | full | selective
     vocab_tp: bool = False  # the vocabulary split over the tp ranks (parallel.vocab_parallel)
     sequence: bool = False  # what lies between the split layers split along the sequence too
+    cp: int = 1  # context-parallel ranks: each holds seq_len / cp of every sample's positions
 
 
 @dataclass(frozen=True)
 class Gemm:
     """One matrix product of a forward pass, (m x k) @ (k x n), run `count` times per micro-batch
     on one tensor-parallel rank. Backward runs two of the same size (input and weight gradients);
-    `recomputed`: full activation recomputation runs it again (the blocks, not the output layer)."""
+    `recomputed`: full activation recomputation runs it again (the blocks, not the output layer);
+    `attention`: a product of attention's scores, beside which a ring attention's exchanges run
+    (context parallelism)."""
 
     m: int
     n: int
     k: int
     count: float = 1
     recomputed: bool = True
+    attention: bool = False
 
     @property
     def flops(self) -> float:
@@ -125,8 +129,9 @@ class ModelSpec:
     def between_layers_bytes(self, activation_bytes: int) -> int:
         return 4 if self.fp32_stream else activation_bytes
 
-    # A sequence dimension that sequence parallelism splits (parallel.sequence_parallel): a
-    # model with one splits it in `parallelize(..., sequence=True)`
+    # A sequence dimension that sequence parallelism (parallel.sequence_parallel) and context
+    # parallelism (parallel.cp) split: a model with one splits it in `parallelize(...,
+    # sequence=True)` and `split_context`
     sequence = False
 
     # --- pipeline parallelism ---
@@ -194,6 +199,20 @@ class ModelSpec:
     ) -> tuple[float, float]:
         """Like tp_traffic, the forward collectives that recomputation (trainer.recompute) runs
         again in backward: elements at the forward's precision, and calls."""
+        return 0.0, 0.0
+
+    # --- context parallelism (parallel.cp) ---
+    def split_context(self, module: Any, attention: Any, positions: list[int]) -> Any:
+        """Run a whole model, or one pipeline stage, on the positions `positions` of each sample
+        (the cp rank's share, in that order), its attention by `attention` (called as torch's
+        scaled_dot_product_attention, causal: runner/layouts/context/ring.py)."""
+        raise NotImplementedError(f"model {self.name} has no sequence to split over parallel.cp")
+
+    def cp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int, tp: int
+    ) -> tuple[float, float]:
+        """Elements of one exchange of a ring attention's keys and values (models with a
+        `sequence`), summed over its layers and a replica's micro-batches; the calls."""
         return 0.0, 0.0
 
     def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.job import Job
-from runner.mesh import TRAFFIC_DIMS
+from runner.mesh import TRAFFIC_DIMS, WHERE_USED
 from runner.metrics import (
     PLAN_BUBBLE,
     PLAN_COMM_BYTES_BY_COLLECTIVE,
@@ -88,8 +88,8 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
     p = cfg.parallel
     sp = p.sequence_parallel and p.tp > 1
     rows = [
-        ("layout", f"dp {p.dp} x pp {p.pp} x tp {p.tp}{' (+ sp)' if sp else ''}"
-         f" = {out[PLAN_WORLD_SIZE.name]} devices"),
+        ("layout", f"dp {p.dp} x pp {p.pp}{f' x cp {p.cp}' if p.cp > 1 else ''} x tp {p.tp}"
+         f"{' (+ sp)' if sp else ''} = {out[PLAN_WORLD_SIZE.name]} devices"),
         ("parameters", f"{out[PLAN_PARAMS.name]:,}"
          f" ({_parts(out[PLAN_PARAMS_BY_COMPONENT.group])})"),
         ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f}"
@@ -153,5 +153,6 @@ def run(
 
 
 def shown_dims(comm: dict[str, float]) -> list[str]:
-    """The dimensions a plan's bytes are shown for: sequence parallelism's where it moves any."""
-    return [d for d in TRAFFIC_DIMS if d != "sp" or comm.get(d)]
+    """The dimensions a plan's bytes are shown for: sequence and context parallelism's where
+    they move any."""
+    return [d for d in TRAFFIC_DIMS if d not in WHERE_USED or comm.get(d)]

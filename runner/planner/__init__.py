@@ -12,7 +12,7 @@ from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.layouts.traffic import ring_allreduce_bytes
-from runner.mesh import TRAFFIC_DIMS
+from runner.mesh import TRAFFIC_DIMS, WHERE_USED
 from runner.metrics import (
     BUBBLE_THEORY,
     COMM_BUSBW,
@@ -95,7 +95,7 @@ def plan(job: Job) -> dict[str, Any]:
     hours = duration_hours(settings, tokens_per_s, job.trainer.max_steps * time.total_s)
     energy = energy_kwh(hw, mesh.world, hours * 3600)
     # The mesh's dimensions, and sequence parallelism's where it runs
-    dims = [d for d in TRAFFIC_DIMS if d != "sp" or d in moved.payload]
+    dims = [d for d in TRAFFIC_DIMS if d not in WHERE_USED or d in moved.payload]
     # Nested figures are logged flattened: {"comm_time_s": {"dp": ...}} as comm_time_s/dp.
     return {
         PLAN_WORLD_SIZE.name: mesh.world,

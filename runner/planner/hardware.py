@@ -34,11 +34,12 @@ def power_per_device_w(hw: HardwareConfig) -> float:
 
 def tier(hw: HardwareConfig, mesh: Mesh, dim: str) -> LinkConfig:
     """The link a dimension's collectives cross. Ranks fill nodes in order (tp innermost, then
-    dp, then pp): a dimension stays inside a node if its ranks' span does."""
+    cp, dp, pp): a dimension stays inside a node if its ranks' span does."""
     dim = RANKS_OF.get(dim, dim)  # sequence parallelism's collectives cross tp's link
     chosen = hw.tiers.get(dim, "auto")
     if chosen == "auto":
-        span = {"tp": mesh.tp, "dp": mesh.tp * mesh.dp, "pp": mesh.world}[dim]
+        inner = {"tp": 1, "cp": mesh.tp, "dp": mesh.tp * mesh.cp, "pp": mesh.world // mesh.pp}
+        span = inner[dim] * getattr(mesh, dim)
         inside = span <= hw.devices and hw.devices % span == 0  # no group straddles two nodes
         chosen = "intra_node" if inside else "inter_node"
     return getattr(hw, chosen)

@@ -58,6 +58,7 @@ def activation_bytes(job: Job) -> float:
         recompute=job.trainer.recompute,
         vocab_tp=job.vocab_tp,
         sequence=job.sequence,
+        cp=job.mesh.cp,
     )
     return job.spec.activation_bytes(job.model, held)
 

@@ -15,16 +15,20 @@ than the last bucket's, which starts when backward ends. Sharded data parallelis
 after the step whole; FSDP's gathers before the first layer computes (the root's and the first
 layer's) and its last reduce-scatters (theirs, after backward) whole, the rest hidden up to the
 compute beside them: the first micro-batch's forward for forward all-gathers, the last one's
-backward for backward all-gathers and reduce-scatters.
+backward for backward all-gathers and reduce-scatters. Context parallelism's ring sends keys and
+values while attention computes on the ones it holds (runner/layouts/context/ring.py): its time
+shows where it outlasts the attention's products, forward and backward.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from runner.job import Job
 from runner.layouts.sharded.traffic import Collective, collectives
 from runner.layouts.traffic import Traffic
+from runner.mesh import P2P_DIMS
 from runner.planner import gemm
 from runner.planner.hardware import device_share, software_stretch, tier, transfer_s
 from runner.precision import precision_of
@@ -96,11 +100,7 @@ def micro_samples(job: Job) -> int:
 def stage_s(job: Job, index: int, rates: Rates) -> float:
     """One micro-batch through one stage on one tensor rank: forward, backward, recomputation."""
     full = job.trainer.recompute == "full"
-    layers, last = job.stages[index], index == len(job.stages) - 1
-    vocab_tp = job.parallel.vocab_parallel and job.mesh.tp > 1
-    products = job.spec.stage_gemms(
-        job.model, job.data, layers, last, micro_samples(job), job.mesh.tp, vocab_tp
-    )
+    products = stage_products(job, index)
     if products is None:  # shapes unknown: the FLOPs at the curve's best
         per_token = job.spec.stage_flops_per_token(job.model, job.data, job.stages, job.mesh.tp)
         flops = per_token[index] * micro_samples(job) * job.tokens_per_sample * (1 + full / 3)
@@ -110,6 +110,33 @@ def stage_s(job: Job, index: int, rates: Rates) -> float:
         * (3 + (full and g.recomputed))
         for g in products
     )
+
+
+def stage_products(job: Job, index: int) -> list[Any] | None:
+    """One micro-batch's matrix products through one stage on one rank (None: shapes unknown).
+    A context-parallel rank's are its positions' (a spec's `cp` only where it runs)."""
+    layers, last = job.stages[index], index == len(job.stages) - 1
+    vocab_tp = job.parallel.vocab_parallel and job.mesh.tp > 1
+    cp = {"cp": job.mesh.cp} if job.mesh.cp > 1 else {}
+    return job.spec.stage_gemms(
+        job.model, job.data, layers, last, micro_samples(job), job.mesh.tp, vocab_tp, **cp
+    )
+
+
+def attention_s(job: Job) -> float:
+    """The busiest pipeline rank's attention products in a step, forward and backward (and the
+    forward again under full recomputation): what a ring attention's exchanges run beside."""
+    rates, passes = Rates.of(job), 3 + (job.trainer.recompute == "full")
+    per_stage = [
+        sum(
+            gemm.seconds(g, rates.peak, rates.curve, rates.bandwidth, rates.elem) * passes
+            for g in stage_products(job, i) or []
+            if g.attention
+        )
+        for i in range(len(job.stages))
+    ]
+    per_rank = [sum(per_stage[r :: job.mesh.pp]) for r in range(job.mesh.pp)]
+    return max(per_rank) * job.microbatches / job.hardware.compute_efficiency
 
 
 def rank_products_s(job: Job, rates: Rates) -> list[float]:
@@ -148,7 +175,7 @@ def wire_bytes(dim: str, payload: float, n: int, collective: str = "all_reduce")
     """Bytes on each rank's link for a payload S (nccl-tests' bus bytes): a ring all-reduce
     2(n-1)/n S, an all-gather or a reduce-scatter (n-1)/n S; a ring broadcast carries its
     payload once, S; P2P sends all of it."""
-    if dim == "pp" or collective == "broadcast":
+    if dim in P2P_DIMS or collective == "broadcast":
         return payload
     ring = 2 if collective == "all_reduce" else 1
     return ring * (n - 1) / n * payload
@@ -156,14 +183,15 @@ def wire_bytes(dim: str, payload: float, n: int, collective: str = "all_reduce")
 
 def dp_wire_bytes(job: Job, traffic: Traffic) -> float:
     """Data parallelism's bytes on each rank's link, its collectives each priced as they run."""
-    n, named = job.mesh.dp, traffic.by_collective
+    n, named = job.mesh.size("dp"), traffic.by_collective
     if not named:
         return wire_bytes("dp", traffic.payload.get("dp", 0.0), n)
     return sum(wire_bytes("dp", s, n, key.split("/")[1]) for key, s in named.items())
 
 
 def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float], dict[str, float]]:
-    """Each dimension's exposed time, and what compute hides of it (data parallelism only)."""
+    """Each dimension's exposed time, and what compute hides of it (data and context
+    parallelism)."""
     hw, mesh = job.hardware, job.mesh
     exposed, hidden = {}, {}
     for dim, payload in traffic.payload.items():
@@ -177,6 +205,9 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
         exposed[dim] = total
         if dim == "dp" and dim in traffic.tail:
             exposed[dim], hidden[dim] = ddp_s(job, total, traffic.tail[dim], compute)
+        if dim == "cp":  # the ring's sends run beside attention's products
+            exposed[dim] = max(0.0, total - attention_s(job))
+            hidden[dim] = total - exposed[dim]
     return exposed, hidden
 
 
@@ -184,7 +215,7 @@ def ddp_s(job: Job, total: float, tail: float, compute: float) -> tuple[float, f
     """DDP's all-reduce time exposed and hidden: all but its last bucket hides behind the last
     micro-batch's backward."""
     link = tier(job.hardware, job.mesh, "dp")
-    last = transfer_s(link, 1, wire_bytes("dp", tail, job.mesh.dp))
+    last = transfer_s(link, 1, wire_bytes("dp", tail, job.mesh.size("dp")))
     backward = compute * backward_share(job) / job.microbatches  # the last micro-batch's
     exposed = max(last, total - backward)
     return exposed, total - exposed

@@ -1,6 +1,8 @@
 """Data parallelism's part of a mesh: the model (or a pipeline stage, split over tp or not)
 replicated over the mesh's dp dimension by torch's DDP, which averages gradients between replicas
-only, never between the shards of one layer; its gradient buckets probed."""
+only, never between the shards of one layer; its gradient buckets probed. With context
+parallelism a replica's cp ranks, which hold the same weights and each a part of its samples'
+positions, average with them: DDP runs over dp and cp flattened into one dimension."""
 
 from __future__ import annotations
 
@@ -25,13 +27,13 @@ class Replication:
         self.localized: list[LocalShard] = []
 
     def apply(self, module: nn.Module, mesh: DeviceMesh, device: torch.device) -> nn.Module:
-        """`module` wrapped in DDP over `mesh`'s dp dimension."""
+        """`module` wrapped in DDP over `mesh` (1-D: the replicas', with their cp ranks)."""
         gpu = device.type == "cuda"
         split = any(isinstance(p, DTensor) for p in module.parameters())
         replica = DistributedDataParallel(
             module,
             device_ids=[device.index] if gpu else None,
-            device_mesh=mesh["dp"],
+            device_mesh=mesh,
             bucket_cap_mb=self.bucket_cap_mb,
             broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
         )

@@ -33,7 +33,7 @@ def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
 
 def traffic(job: Job) -> Traffic:
     mesh, stages, elem = job.mesh, job.stages, PARAM_BYTES
-    if mesh.dp < 2 or job.shard in ("gradients", "full"):
+    if mesh.size("dp") < 2 or job.shard in ("gradients", "full"):
         return Traffic()
     last = len(stages) - 1
     per_stage = [

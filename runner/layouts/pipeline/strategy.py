@@ -14,6 +14,7 @@ DDP-wrapped stage all-reduces on the last micro-batch's backward only (no_sync o
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from torch.distributed.tensor import DTensor
 from runner import clock, preemption
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
+from runner.layouts.context.split import ContextSplit
 from runner.layouts.mesh_strategy import MeshStrategy
 from runner.layouts.pipeline.probe import PipelineTrace
 from runner.layouts.pipeline.stages import (
@@ -140,15 +142,14 @@ class PipelineStrategy(MeshStrategy):
     def _tied_group(self) -> dist.ProcessGroup | None:
         """A model whose first and last layers share a weight (the decoder's embedding is its
         output layer): the first and last stage each hold a copy and sum their gradients every
-        step (Megatron's embedding all-reduce), one group per (dp, tp) position. Every rank takes
-        part in creating every group."""
-        mine = None
-        for dp in range(self.shape.dp):
-            for tp in range(self.shape.tp):
-                ends = [self.shape.rank(0, dp, tp), self.shape.rank(self.last_pp, dp, tp)]
-                group = dist.new_group(ends)
-                if self.global_rank in ends:
-                    mine = group
+        step (Megatron's embedding all-reduce), one group per (dp, cp, tp) position. Every rank
+        takes part in creating every group."""
+        mine, shape = None, self.shape
+        for dp, cp, tp in itertools.product(range(shape.dp), range(shape.cp), range(shape.tp)):
+            ends = [shape.rank(0, dp, tp, cp), shape.rank(self.last_pp, dp, tp, cp)]
+            group = dist.new_group(ends)
+            if self.global_rank in ends:
+                mine = group
         return mine
 
     def _run_schedule(self, batch: Any, train: bool) -> torch.Tensor:
@@ -191,7 +192,7 @@ class PipelineStrategy(MeshStrategy):
             return loss, []
         start = clock.stamp()
         c = self.coords
-        src = self.shape.rank(self.last_pp, c["dp"], c["tp"])
+        src = self.shape.rank(self.last_pp, c["dp"], c["tp"], c["cp"])
         dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
         return loss, [Transfer("", "all-reduce", start, clock.stamp())]
 
@@ -225,14 +226,17 @@ class PipelineStrategy(MeshStrategy):
             sent,
             sends,
         )
-        # With data-parallel replicas, the mean of theirs: the loss of the global batch.
-        self.lightning_module.log(TRAIN_LOSS.name, loss, prog_bar=True, sync_dist=self.shape.dp > 1)
+        # With data-parallel replicas (and context-parallel ranks), the mean of theirs: the loss
+        # of the global batch.
+        replicas = self.shape.size("dp") > 1
+        self.lightning_module.log(TRAIN_LOSS.name, loss, prog_bar=True, sync_dist=replicas)
         return loss
 
     def validation_step(self, *args: Any, **kwargs: Any) -> None:
         loss, _ = self._from_last_stage(self._run_schedule(args[0], train=False))
         self.trace.take()  # evaluation is not part of any training step's timeline
-        self.lightning_module.log(VAL_LOSS.name, loss, prog_bar=True, sync_dist=self.shape.dp > 1)
+        replicas = self.shape.size("dp") > 1
+        self.lightning_module.log(VAL_LOSS.name, loss, prog_bar=True, sync_dist=replicas)
 
 
 def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
@@ -244,7 +248,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         p.microbatches,
         stage_layers(cfg.model, p),
         p.virtual_stages,
-        (microbatch, cfg.data.get("seq_len", 0)),
+        (microbatch, (cfg.data.get("seq_len") or 0) // mesh.cp),  # a cp rank's positions
         ACTIVATIONS[cfg.trainer.precision],
         p.vocab_parallel,
         p.sequence_parallel,
@@ -252,6 +256,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         bucket_cap_mb=p.bucket_cap_mb,
         shard=p.shard,
         units=spec_for(cfg.model).recompute_units,
+        context=ContextSplit(spec_for(cfg.model), mesh.cp, cfg.data.get("seq_len") or 0),
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

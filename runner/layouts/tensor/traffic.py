@@ -12,7 +12,8 @@ With sequence parallelism (runner/models/decoder/parallelize.py) the blocks' all
 all-gathers and reduce-scatters, dimension "sp" on the same ranks: the same payload twice over (an
 all-gather's and a reduce-scatter's each), at the same precisions; tp keeps the vocabulary's and
 the all-reduces of the gradients of weights that stay whole (the norms'). Recomputed, each block's
-forward gathers and scatters again: its 2 all-reduces' payload twice."""
+forward gathers and scatters again: its 2 all-reduces' payload twice. With context parallelism a
+rank's activations are its s/cp positions': a cp-th of each payload."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def traffic(job: Job) -> Traffic:
     )
     if not job.sequence:
         payload, calls = payload + again * forward, calls + again_calls
-        return Traffic({"tp": payload / mesh.pp}, {"tp": calls / mesh.pp})
+        return Traffic({"tp": payload / (mesh.pp * mesh.cp)}, {"tp": calls / mesh.pp})
     blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
     sp = blocks * elem + ends * 4 + 2 * again * elem  # recomputed: gathered and scattered again
     sp_calls += 2 * again_calls

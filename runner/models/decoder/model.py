@@ -34,6 +34,9 @@ class CausalSelfAttention(nn.Module):
         self.o_proj = nn.Linear(d_model, d_model)
         self.head_dim = d_model // n_heads
         self.dropout = dropout
+        # Causal attention of Q to K and V; context parallelism puts its ring attention here
+        # (runner/layouts/context/ring.py), each rank holding some of the sequence's positions.
+        self.attend = F.scaled_dot_product_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -43,7 +46,7 @@ class CausalSelfAttention(nn.Module):
             for proj in (self.q_proj, self.k_proj, self.v_proj)
         )
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        y = self.attend(q, k, v, is_causal=True, dropout_p=p)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 

@@ -143,6 +143,18 @@ def parallelize(
     return module
 
 
+def split_context(module: nn.Module, attention: object, positions: list[int]) -> nn.Module:
+    """Context parallelism: `module` (the whole decoder or one stage) runs on this rank's
+    positions of every sample, the strategy handing it those tokens (runner/layouts/context/
+    split.py). The embedding adds those positions' encodings; every block attends through
+    `attention`, which sees the other ranks' keys and values. The weights stay whole."""
+    if getattr(module, "pos", None) is not None:  # the whole decoder, or the first stage
+        module.pos = module.pos[torch.tensor(positions)]  # not saved: snapshots are unchanged
+    for block in (m for m in module.modules() if isinstance(m, Block)):
+        block.attn.attend = attention
+    return module
+
+
 def summed_at_backward(*norms: nn.Module) -> None:
     """A norm's weights are whole on every rank, but each rank's gradient comes from its own
     positions: partial. Summed as backward makes it (one all-reduce a weight and micro-batch);

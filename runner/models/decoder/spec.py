@@ -102,11 +102,17 @@ class DecoderSpec(ModelSpec):
         5*a*s/(h*t) (its scores, softmax and dropout mask, which the math attention saves: the
         flash kernel saves none, and the suite measures the default decoder, dropout 0.1, whose
         attention on a CPU is the math one). Full: each layer's input (s*b*h values of the
-        residual stream, fp32 under autocast) and one layer's whole set at a time, in backward."""
-        s, b, h, a, t = held.seq_len, held.micro, m["d_model"], m["n_heads"], held.tp
+        residual stream, fp32 under autocast) and one layer's whole set at a time, in backward.
+        With context parallelism every rank holds s/cp positions of all of it; its ring attention
+        keeps no scores (runner/layouts/context/ring.py), only dropout's masks, a byte each of
+        the s/cp x s pairs it computed."""
+        s, b, h, a, t = held.seq_len // held.cp, held.micro, m["d_model"], m["n_heads"], held.tp
+        ring = held.cp > 1
 
         def per_layer(attention: bool) -> float:
             scores = 5 * a * s / (h * t) if attention else 0
+            if ring:  # bytes of masks, in units of the formula's 16-bit values
+                scores = a * s * held.cp / (h * t) * 2 / held.elem if m.get("dropout", 0) else 0
             outside = 10 / t if held.sequence else 10  # what lies between the split layers
             return s * b * h * (outside + 24 / t + scores) * held.elem / 2
 
@@ -119,20 +125,23 @@ class DecoderSpec(ModelSpec):
         return held.in_flight * held.layers * per_layer(held.recompute == "none") + logits
 
     def stage_gemms(
-        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool
-    ) -> list[Gemm]:
+        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool,
+        cp: int = 1,
+    ) -> list[Gemm]:  # fmt: skip
         """Per block: Q, K, V and the FFN's first layer split by columns, the attention's output
         and the FFN's second by rows; the attention scores and their weighting of V, one product
-        per sample and head of this rank's share. The tied output layer on the last stage."""
-        d, s, heads = m["d_model"], data["seq_len"], m["n_heads"]
-        tokens, per_head = micro * s, micro * heads // tp
+        per sample and head of this rank's share. The tied output layer on the last stage. With
+        `cp` context-parallel ranks, each rank's s/cp positions, its queries against every key in
+        cp blocks (the ring's steps)."""
+        d, s, heads = m["d_model"], data["seq_len"] // cp, m["n_heads"]
+        tokens, per_head = micro * s, micro * heads // tp * cp
         block = [
             Gemm(tokens, d // tp, d, count=3),  # Q, K, V
             Gemm(tokens, d, d // tp),  # output projection
             Gemm(tokens, 4 * d // tp, d),  # up
             Gemm(tokens, d, 4 * d // tp),  # down
-            Gemm(s, s, d // heads, count=per_head),  # Q K^T
-            Gemm(s, d // heads, s, count=per_head),  # softmax(.) V
+            Gemm(s, s, d // heads, count=per_head, attention=True),  # Q K^T
+            Gemm(s, d // heads, s, count=per_head, attention=True),  # softmax(.) V
         ]
         out = [g for _ in layers for g in block]
         if last:
@@ -233,6 +242,20 @@ class DecoderSpec(ModelSpec):
         from runner.models.decoder.parallelize import parallelize
 
         return parallelize(module, tp_mesh, vocab_parallel, sequence)
+
+    def split_context(self, module: Any, attention: Any, positions: list[int]) -> Any:
+        from runner.models.decoder.parallelize import split_context
+
+        return split_context(module, attention, positions)
+
+    def cp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int, tp: int
+    ) -> tuple[float, float]:
+        """One exchange of the ring attention's K and V (runner/layouts/context/ring.py), b*(s/cp)
+        values of h/tp each, in every block of every micro-batch of b samples; the calls."""
+        layers = m["n_layers"]
+        kv = 2 * samples * (data["seq_len"] // cp) * (m["d_model"] // tp) * layers
+        return kv, layers * microbatches
 
     def recompute_units(self, model: Any) -> list[Any]:
         return list(model.blocks)

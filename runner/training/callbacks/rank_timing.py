@@ -29,7 +29,7 @@ from runner.clock import EventClock, HostClock
 from runner.intervals import union_s
 from runner.layouts.layout import layout_of
 from runner.layouts.probes import Schedule, Span, Transfer, bus_bytes
-from runner.mesh import TRAFFIC_DIMS
+from runner.mesh import P2P_DIMS, TRAFFIC_DIMS
 from runner.metrics import (
     BUBBLE_MEASURED,
     COMM_ALGBW,
@@ -110,7 +110,7 @@ class Step:
                 if t.dim == "dp" and t.nbytes:
                     key = SENT_BY_COLLECTIVE.format(collective(t.kind))
                     out[key] = out.get(key, 0.0) + t.nbytes
-        for dim in ("dp", "tp", "sp"):  # collectives; a pipeline's P2P sends: p2p_bandwidth
+        for dim in ("dp", "tp", "sp", "cp"):  # the ring's sends too; a pipeline's: p2p_bandwidth
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
                 out[BUS_BYTES.format(dim)] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)
@@ -345,7 +345,7 @@ def bandwidths(per_rank: list[dict[str, float]], sizes: dict[str, int]) -> dict[
             continue
         busy = [r[BUSY.format(dim)] for r in timed]
         n = sizes[dim]
-        scale = 1.0 if dim == "pp" else (n - 1) / n  # a P2P send carries its payload once
+        scale = 1.0 if dim in P2P_DIMS else (n - 1) / n  # a P2P send carries its payload once
         alg = [r[SENT.format(dim)] / s for r, s in zip(timed, busy, strict=True)]
         bus = [r[BUS_BYTES.format(dim)] * scale / s for r, s in zip(timed, busy, strict=True)]
         out[COMM_ALGBW.at(dim=dim)] = fmean(alg) / 1e9

@@ -1,0 +1,50 @@
+"""Context parallelism's part of a mesh: each replica's samples split along the sequence over the
+mesh's cp ranks, every rank holding its positions (load-balanced: runner/layouts/context/ring.py)
+of every token, target and activation for the whole model; the model's attention run as a ring
+over the cp ranks. The weights stay whole: the cp ranks sum their gradients with the data-parallel
+replicas' (runner/layouts/data/replicate.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from runner.layouts.context import probe
+from runner.layouts.context.ring import Ring, RingAttention, layout
+from runner.layouts.probes import Recorder
+
+
+class ContextSplit:
+    def __init__(self, spec: Any, cp: int, seq_len: int) -> None:
+        self.spec, self.cp, self.seq_len = spec, cp, seq_len
+        self.positions: torch.Tensor | None = None  # this rank's, once the mesh is made
+
+    def apply(self, module: nn.Module, mesh: DeviceMesh) -> nn.Module:
+        """`module` (a whole model, or a pipeline stage) run on this rank's positions; itself
+        with one cp rank."""
+        if self.cp == 1:
+            return module
+        ring = Ring(mesh["cp"].get_group())
+        mine = layout(self.seq_len, self.cp)[ring.index]
+        self.positions = torch.tensor(mine)
+        return self.spec.split_context(module, RingAttention(ring, self.seq_len), mine)
+
+    def batch(self, batch: Any) -> Any:
+        """This rank's positions of a batch of (tokens, targets), (samples, seq_len) each."""
+        if self.positions is None:
+            return batch
+        x, y = batch
+        if x.shape[1] != self.seq_len:
+            raise ValueError(
+                f"context parallelism split the sequence of {self.seq_len} positions "
+                f"(data.seq_len), and a batch came with {x.shape[1]}"
+            )
+        index = self.positions.to(x.device)
+        return x[:, index], y[:, index]
+
+    def install_probes(self, record: Recorder) -> None:
+        if self.cp > 1:
+            probe.install(record)
