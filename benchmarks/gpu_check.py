@@ -19,9 +19,11 @@ It prints one table, a line per check with its figure and whether it passed:
    model: the measured bubble within 0.05 of (p-1)/(m+p-1).
 6. Check 2's two ranks sharded (`parallel.shard=full`: ZeRO-3 on FSDP2): the loss series equals
    one rank's, and every all-gather's and reduce-scatter's bytes equal the planner's.
-7. The two ranks splitting the sequence: tensor parallelism with sequence parallelism
-   (`parallel=tp_sp`), then context parallelism (`parallel=cp`, the ring attention): each loss
-   series equals one rank's, and sp's gathers and scatters and cp's sends equal the planner's.
+7. Two ranks as tensor parallelism with sequence parallelism (`parallel=tp_sp`), as context
+   parallelism (`parallel=cp`, the ring attention) and, for a mixture of experts, as expert
+   parallelism (`parallel=ep`, all-to-all): each loss series equals one rank's, and sp's gathers
+   and scatters, cp's sends and ep's all-to-alls equal the planner's (cp and ep with 2 GPUs or
+   more: gloo, which two ranks sharing one GPU use, sends CPU tensors only).
 
 Without a GPU it says so in one line and exits 2. `--on-cpu` runs the same checks on this CPU with
 a small model (tests/test_gpu_check.py rehearses the script so): check 2 as on one GPU (two
@@ -73,8 +75,10 @@ MEASURING_GOAL = 0.98  # samples/s with the per-step timing on, against off
 BUBBLE_GAP = 0.05  # measured bubble - (p-1)/(m+p-1), with 2 GPUs
 GPT2_SMALL = ["model=decoder", "model.n_layers=12", "model.d_model=768", "model.n_heads=12",
               "model.context_len=1024", "data.vocab_size=50257", "data.batch_size=16"]  # fmt: skip
-SMALL = ["model=decoder", "model.n_layers=2", "model.d_model=64", "model.n_heads=4",
-         "model.context_len=64", "data.batch_size=16"]  # fmt: skip
+SMALL = ("model=decoder", "model.n_layers=2", "model.d_model=64", "model.n_heads=4",
+         "model.context_len=64", "data.batch_size=16")  # fmt: skip
+# A mixture of experts of SMALL's size, every token kept (capacity n / k), no balancing loss
+MOE = ("model=moe", *SMALL[1:], "model.capacity_factor=2", "model.balance_weight=0")
 PROFILES = {"H200": "h200", "H100": "h100", "A100": "a100"}  # by the device's name
 # MLflow's names of the host's CPU and the first GPU's utilization (logger.system_metrics)
 SYSTEM_SERIES = ("cpu_utilization_percentage", "gpu_0_utilization_percentage")
@@ -182,20 +186,21 @@ def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row
     return Row("1. cost of measuring", figure, ratio >= MEASURING_GOAL)
 
 
-def single_run(scratch: Path, m: Machine) -> str:
-    """The one-rank run checks 2 and 6 compare with: fp32 (no TF32), no dropout."""
-    train(scratch, *m.hardware, *SMALL, "model.dropout=0", f"trainer.max_steps={m.small_steps}")
+def single_run(scratch: Path, m: Machine, model: tuple[str, ...] = SMALL) -> str:
+    """The one-rank run checks 2, 6 and 7 compare with: fp32 (no TF32), no dropout."""
+    train(scratch, *m.hardware, *model, "model.dropout=0", f"trainer.max_steps={m.small_steps}")
     return training_runs(scratch)[-1].info.run_id
 
 
 def pair_run(
-    scratch: Path, m: Machine, *extra: str, nodes: bool = True, layout: str = "parallel=data"
-) -> tuple[str, Any]:
+    scratch: Path, m: Machine, *extra: str, nodes: bool = True, layout: str = "parallel=data",
+    model: tuple[str, ...] = SMALL,
+) -> tuple[str, Any]:  # fmt: skip
     """Check 1's job on two ranks of `layout` (data-parallel ones by default), and how they ran;
     the run. On a CPU, `nodes` rehearses the one-GPU machine's two torchrun nodes, else the one
     launch of two ranks that a machine of 2 GPUs makes (each path rehearsed once: the nodes cost
     a start-up each)."""
-    job = [*m.hardware, *SMALL, "model.dropout=0", f"trainer.max_steps={m.small_steps}", *extra]
+    job = [*m.hardware, *model, "model.dropout=0", f"trainer.max_steps={m.small_steps}", *extra]
     if m.gpus >= 2 or (m.gpus == 0 and not nodes):
         how = "2 GPUs, NCCL" if m.gpus else "2 ranks on this CPU (one launch), gloo"
         train(scratch, *job, layout, "hardware.devices=2")
@@ -241,9 +246,17 @@ def sequence_split(scratch: Path, m: Machine, single: str) -> Row:
     """Check 7: the pair as tp 2 with sequence parallelism, then as cp 2 (the ring attention):
     the same losses as one rank's, and the dimension's bytes as the planner counts them."""
     figures, passed = [], True
-    for layout, dim in (("parallel=tp_sp", "sp"), ("parallel=cp", "cp")):
-        how, pair = pair_run(scratch, m, nodes=False, layout=layout)
-        runs = (single, pair.info.run_id)
+    singles = {SMALL: single}
+    for layout, dim, model in (
+        ("parallel=tp_sp", "sp", SMALL), ("parallel=cp", "cp", SMALL), ("parallel=ep", "ep", MOE)
+    ):  # fmt: skip
+        if dim != "sp" and m.gpus == 1:  # two ranks share one GPU over gloo
+            figures.append(f"{dim}: not run (gloo's P2P and all-to-all take CPU tensors)")
+            continue
+        if model not in singles:
+            singles[model] = single_run(scratch, m, model)
+        how, pair = pair_run(scratch, m, nodes=False, layout=layout, model=model)
+        runs = (singles[model], pair.info.run_id)
         one, two = ([v[-1] for v in losses(scratch, r).values()] for r in runs)
         key = COMM_BYTES_PER_STEP.at(dim=dim)
         f, diff = pair.data.metrics, worst(two, one)
@@ -253,7 +266,7 @@ def sequence_split(scratch: Path, m: Machine, single: str) -> Row:
             f"{'equal' if exact else 'DIFFER from'} the planner's"
         )
         passed = passed and diff <= LOSS_RELATIVE and exact
-    return Row("7. sequence and context parallel", f"{how}: {'; '.join(figures)}", passed)
+    return Row("7. sequence, context, expert parallel", f"{how}: {'; '.join(figures)}", passed)
 
 
 def two_nodes(scratch: Path, *args: str) -> None:
@@ -359,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(data_parallel(scratch, m, single))
         progress("6. sharded data parallel")
         rows.append(sharded(scratch, m, single))
-        progress("7. sequence and context parallel")
+        progress("7. sequence, context, expert parallel")
         rows.append(sequence_split(scratch, m, single))
         progress("3. snapshot and resume")
         rows.append(resume(scratch, m))

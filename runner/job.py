@@ -61,11 +61,21 @@ class Job:
         tensor-parallel ranks (parallel.sequence_parallel)."""
         return self.parallel.sequence_parallel and self.mesh.tp > 1 and self.spec.sequence
 
+    def stage_tensors(self, index: int, experts: bool = True) -> list[int]:
+        """Stage `index`'s parameter tensors on one rank: its layers split over tp, a mixture of
+        experts' experts over ep (`experts` false: without them, what DDP all-reduces)."""
+        s, last = self.stages[index], len(self.stages) - 1
+        placed = {"ep": self.mesh.ep, "experts": experts} if self.spec.experts else {}
+        return self.spec.stage_tensors(
+            self.model, s, index in (0, last), self.mesh.tp, self.vocab_tp, **placed
+        )
+
     @property
     def shard(self) -> str:
         """What the data-parallel replicas split among themselves (parallel.shard): nothing
-        without several replicas."""
-        return self.parallel.shard if self.mesh.dp > 1 else "none"
+        without several replicas. With context parallelism their cp ranks, which sum gradients
+        with them, shard too (torchtitan's dp_shard_cp; planned only: training refuses it)."""
+        return self.parallel.shard if self.mesh.size("dp") > 1 else "none"
 
 
 def typed(schema: type[T], node: DictConfig) -> T:

@@ -22,10 +22,10 @@ DIMS = ("pp", "dp", "cp", "tp")  # outermost first: the order of the mesh's dime
 NAMES = {"dp": "data", "pp": "pipeline", "cp": "context", "tp": "tensor"}
 # What traffic is counted by: the mesh's dimensions, and sequence parallelism's collectives,
 # which run over the tp ranks (a dimension of its own in the figures, not of the mesh)
-TRAFFIC_DIMS = ("dp", "tp", "sp", "cp", "pp")
+TRAFFIC_DIMS = ("dp", "tp", "sp", "cp", "ep", "pp")
 RANKS_OF = {"sp": "tp"}  # a traffic dimension's ranks, where they are another's
 # Shown in a plan only where they move bytes: the others are, with their zeros, in every plan
-WHERE_USED = ("sp", "cp")
+WHERE_USED = ("sp", "cp", "ep")
 P2P_DIMS = ("cp", "pp")  # sends to a neighbour, not collectives: a byte crosses one link once
 
 
@@ -35,6 +35,9 @@ class Mesh:
     dp: int = 1
     tp: int = 1
     cp: int = 1
+    # Expert parallelism's ranks, drawn from dp (ep divides it): not a dimension of the mesh, whose
+    # processes it does not multiply; the ranks of an ep group hold different experts
+    ep: int = 1
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -60,7 +63,7 @@ class Mesh:
             return self.dp * self.cp
         return getattr(self, RANKS_OF.get(dim, dim))
 
-    def rank(self, pp: int, dp: int, tp: int, cp: int = 0) -> int:
+    def rank(self, pp: int, dp: int, tp: int, *, cp: int = 0) -> int:
         """The global rank at these coordinates."""
         return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
 
@@ -74,7 +77,7 @@ class Mesh:
 def mesh_of(cfg: DictConfig) -> Mesh:
     """The mesh of a resolved config (see `resolve`): every size is a number."""
     p = cfg.parallel
-    return Mesh(pp=p.pp, dp=p.dp, tp=p.tp, cp=p.get("cp", 1))
+    return Mesh(pp=p.pp, dp=p.dp, tp=p.tp, cp=p.get("cp", 1), ep=p.get("ep", 1))
 
 
 def resolve(cfg: DictConfig, started: int | None = None) -> Mesh:
@@ -111,6 +114,7 @@ def resolve(cfg: DictConfig, started: int | None = None) -> Mesh:
         _match(sizes, hw.devices, hw.nodes)
     for dim in DIMS:
         p[dim] = sizes[dim]
+    sizes["ep"] = p.get("ep", 1)
     if p.microbatches is None:  # as many as the pipeline has stages: 1F1B's least
         p.microbatches = sizes["pp"]
     return Mesh(**sizes)
@@ -130,16 +134,16 @@ def _match(sizes: dict[str, int], devices: int, nodes: int) -> None:
     if math.prod(sizes.values()) != world:
         raise ConfigError(
             "parallel",
-            f"{' x '.join(_shown(sizes))} = {_product(sizes)} = {math.prod(sizes.values())} does "
-            f"not equal the {world} processes of hardware.devices={devices} x "
+            f"{' x '.join(shown_dims(sizes))} = {_product(sizes)} = {math.prod(sizes.values())} "
+            f"does not equal the {world} processes of hardware.devices={devices} x "
             f"hardware.nodes={nodes}",
         )
 
 
-def _shown(sizes: dict[str, int]) -> list[str]:
-    """The dimensions a message names: context parallelism's where it is used."""
+def shown_dims(sizes: dict[str, int | None]) -> list[str]:
+    """The dimensions a message names, in its order: context parallelism's where it is used."""
     return [d for d in ("dp", "pp", "cp", "tp") if d in sizes and (d != "cp" or sizes[d] != 1)]
 
 
 def _product(sizes: dict[str, int]) -> str:
-    return " x ".join(f"{d}={sizes[d]}" for d in _shown(sizes)) or "1"
+    return " x ".join(f"{d}={sizes[d]}" for d in shown_dims(sizes)) or "1"

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 # What each placeholder of a pattern stands for, as a regular expression.
 PARTS = {
-    "dim": "dp|tp|sp|cp|pp",
+    "dim": "dp|tp|sp|cp|ep|pp",
     "r": r"\d+",
     "collective": "all_reduce|broadcast|all_gather|reduce_scatter",
     "component": r"[a-z][a-z0-9_]*",  # a model spec's names: embedding, attention, ffn, ...
     "memory_part": "weights|weight_copies|gradients|optimizer_state|activations|total",
-    "time_part": "compute|bubble|dp|tp|sp|cp|pp|overhead",
+    "time_part": "compute|bubble|dp|tp|sp|cp|ep|pp|overhead",
     "precision": "fp32|tf32|bf16|fp16",
     "link": "all_reduce|p2p",
     "figure": ".+",  # a measured figure with a prediction: checked in `matches`
@@ -47,6 +47,7 @@ KWH, USD, HOURS, COUNT = "kWh", "USD", "h", "count"
 MODULE = "runner.training.module"
 LIGHTNING = "pytorch_lightning.trainer.connectors.logger_connector.logger_connector"
 TIMING = "runner.training.callbacks.rank_timing"
+ROUTER = "runner.training.callbacks.router"
 PROFILER = "runner.training.sampled_profile"
 TRAINING = "runner.training.rank"
 RECORD = "runner.training.record"
@@ -161,6 +162,16 @@ def _form(name: str) -> Metric:
 TRAIN_LOSS = entry("train_loss", "", "the training loss of each step", MODULE)
 VAL_LOSS = entry("val_loss", "", "the validation loss, at each validation", MODULE)
 EPOCH = entry("epoch", COUNT, "the epoch, which Lightning logs beside every loss", LIGHTNING)
+# A mixture of experts' router, each step, over every rank's tokens (model=moe)
+ROUTER_LOAD = entry(
+    "router/load_max_over_mean", "", "the busiest expert's tokens / the mean, worst block", ROUTER
+)
+ROUTER_DROPPED = entry(
+    "router/dropped_fraction", "", "the share of routed tokens dropped at a full expert", ROUTER
+)
+ROUTER_BALANCE = entry(
+    "router/balance_loss", "", "the load-balancing loss, the mean over blocks", ROUTER
+)
 
 # --- training: where a step's time goes (means over ranks, after warm-up) ---
 

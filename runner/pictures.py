@@ -27,6 +27,7 @@ COLORS = {
     "dp wait": "#8B0000",  # the rank waiting for a prefetched all-gather: exposed
     "cp send-recv": "#9467BD",  # the ring attention's keys and values (or their gradients)
     "cp wait": "#4B0082",  # the rank waiting for them: exposed
+    "ep all-to-all": "#FF7F0E",  # a mixture of experts' tokens to their experts and back
     "idle": "#E5E5E5",
 }
 # What a bar's legend says where its kind alone would puzzle: a pure pipeline all-reduces too (the
@@ -43,7 +44,15 @@ COMM_KINDS = {
     k
     for k in COLORS
     if k.split()[-1]
-    in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "send-recv", "wait")
+    in (
+        "all-reduce",
+        "all-gather",
+        "reduce-scatter",
+        "broadcast",
+        "send-recv",
+        "all-to-all",
+        "wait",
+    )
 }
 
 

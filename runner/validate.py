@@ -28,7 +28,7 @@ from runner.config.trainer import check_precision, check_recompute, check_traine
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
 from runner.layouts.rules import batch_for_plan, check_layout
-from runner.mesh import Mesh, resolve
+from runner.mesh import DIMS, Mesh, resolve, shown_dims
 from runner.planner.memory import memory_per_device_gib
 from runner.units import count
 
@@ -93,8 +93,8 @@ def check_srun_tasks(cfg: DictConfig) -> None:
     """srun starts one rank per task: the tasks must be laid out per node, and as many as the
     mesh has processes. Lightning would refuse --ntasks alone mid-start, in a traceback."""
     p, nodes, started = cfg.parallel, cfg.hardware.nodes, started_processes()
-    sizes = [p.dp, p.pp, p.tp]
-    needed = math.prod(sizes) if None not in sizes else started
+    sizes = {d: p[d] for d in DIMS}
+    needed = math.prod(sizes.values()) if None not in sizes.values() else started
     per_node = f"--nodes={nodes} --ntasks-per-node={max(needed // nodes, 1)}"
     require(
         "SLURM_NTASKS_PER_NODE" in os.environ,
@@ -105,7 +105,8 @@ def check_srun_tasks(cfg: DictConfig) -> None:
     require(
         needed == started,
         "parallel",
-        f"srun started {started} tasks, but dp x pp x tp = {needed}: srun {per_node}",
+        f"srun started {started} tasks, but {' x '.join(shown_dims(sizes))} = {needed}: srun "
+        f"{per_node}",
     )
 
 

@@ -114,7 +114,7 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(
 BAD = [
     (["model.n_layers=abc"], "model.n_layers"),
     (["model.nope=1"], "model.nope"),
-    (["model=resnet"], "decoder, ffnn, gpt3_175b, llama3_405b, neuron"),
+    (["model=resnet"], "decoder, ffnn, gpt3_175b, llama3_405b, mixtral_8x7b, moe, neuron"),
     (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
     (["data.batch_size=-4"], "data.batch_size"),
     (["model=gpt3_175b"], "174.6 B parameters"),
@@ -164,6 +164,12 @@ BAD = [
         ["parallel=cp", "hardware.devices=2", "trainer.recompute=selective"],
         "trainer.recompute: sel",
     ),
+    # Expert parallelism places a mixture of experts' experts over data-parallel ranks
+    (["parallel=ep"], "parallel.ep: this model has no experts"),
+    (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
+    (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
+    (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards every weight"),
+    (["model=moe", "parallel=pipeline", "hardware.devices=2"], "parallel.pp: this model has no pi"),
 ]
 
 

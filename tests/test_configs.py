@@ -14,6 +14,7 @@ from tests.helpers.jobs import compose_job
 
 # A model whose data the option fits, for groups where the default model would not.
 DATA_MODEL = {"digits": "ffnn", "breast_cancer": "neuron", "text": "decoder"}
+LAYOUT_MODEL = {"ep": "moe", "moe_3d": "moe"}  # layouts of a model with experts
 
 
 def options(group: str) -> list[str]:
@@ -34,10 +35,13 @@ def test_option_composes_and_validates(group: str, option: str) -> None:
     overrides = [f"+{group}={option}" if group == "experiment" else f"{group}={option}"]
     if group == "data":
         overrides.append(f"model={DATA_MODEL[option]}")
+    if group == "parallel" and option in LAYOUT_MODEL:
+        overrides.append(f"model={LAYOUT_MODEL[option]}")
     cfg, choices = compose_job(*overrides)
     assert choices[group] == option
     OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
-    refused_here = {"gpt3_175b": "model", "llama3_405b": "model"}  # too large: refused, by name
+    # too large to train: refused, by name
+    refused_here = dict.fromkeys(("gpt3_175b", "llama3_405b", "mixtral_8x7b"), "model")
     # A plan prices GPUs it does not need (plan_gpt3); training needs them here
     if cfg.hardware.accelerator == "gpu" and cfg.mode == "train" and not torch.cuda.is_available():
         refused_here[option] = "hardware.accelerator"

@@ -118,7 +118,7 @@ def test_every_entry_matches_its_concrete_keys() -> None:
         ("rank_x/idle_fraction", None),  # a rank is a number
         ("rank_0/step_time_s", None),  # step time is not logged per rank
         ("rank_<r>/idle_fraction", None),  # the pattern itself is no logged key
-        ("comm_bytes_per_step/ep", None),  # no such mesh dimension
+        ("comm_bytes_per_step/xp", None),  # no such mesh dimension
         ("comm_bytes_per_step/dp/all_to_all", None),  # no such collective
         ("comm_bytes_per_step/tp/all_gather", None),  # per collective: data parallelism's only
         ("pred/train_time_s", None),  # nothing predicts it

@@ -12,7 +12,13 @@ from runner.models.neuron.model import Neuron
 from runner.models.registry import SPECS
 from tests.helpers.jobs import compose_job
 
-COMPONENTS = (("embed", "embedding"), (".attn.", "attention"), ("norm", "norm"))
+COMPONENTS = (
+    ("embed", "embedding"),
+    (".attn.", "attention"),
+    ("norm", "norm"),
+    ("router", "router"),
+    ("experts", "experts"),
+)
 
 
 def built_sizes(model_cfg) -> dict[str, int]:
@@ -84,11 +90,12 @@ def test_decoder_output_layer_is_the_tied_embedding() -> None:
     assert sum(p.shape == (50, 32) for p in model.parameters()) == 1
 
 
-@pytest.mark.parametrize("preset", ["decoder", "gpt3_175b"])
+@pytest.mark.parametrize("preset", ["decoder", "gpt3_175b", "llama3_405b", "moe", "mixtral_8x7b"])
 def test_size_formulas_match_the_built_module(preset: str) -> None:
     cfg, _ = compose_job(f"model={preset}")
     # GPT-3 is only ever built here, on the meta device; every parameter falls in a component.
-    assert built_sizes(cfg.model) == SPECS["decoder"].params_by_component(cfg.model)
+    spec = SPECS["moe" if preset in ("moe", "mixtral_8x7b") else "decoder"]
+    assert built_sizes(cfg.model) == spec.params_by_component(cfg.model)
 
 
 def test_gpt3_has_the_seeds_sizes() -> None:

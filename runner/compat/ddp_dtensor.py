@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from runner.compat import MissingAPI
+from runner.compat import MissingAPI, private
 
 CHECKED = "2.13"
 ATTRIBUTE = "_st_info"
@@ -28,6 +28,19 @@ def localized_shards(module: nn.Module, split: bool) -> list[tuple[str, nn.Param
             f"{torch.__version__}; the runner's snapshots read it and were checked with {CHECKED}"
         )
     return found
+
+
+def leave_to_others(module: nn.Module, names: list[str]) -> None:
+    """Parameters (by name in `module`) that DDP, wrapping `module` next, leaves alone: expert
+    parallelism sums the experts' gradients itself. DDP's private static method, checked on
+    torch 2.13."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    method = private(
+        DistributedDataParallel, "_set_params_and_buffers_to_ignore_for_model",
+        "torch.nn.parallel.DistributedDataParallel", "torch", CHECKED,
+    )  # fmt: skip
+    method(module, names)
 
 
 def shard_spec(local: nn.Parameter) -> Any:

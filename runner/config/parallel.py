@@ -18,6 +18,10 @@ class ParallelConfig:
     # attention passing keys and values around a ring of them (runner/layouts/context/); the cp
     # ranks of a replica read the same samples and sum their gradients with the replicas'.
     cp: int | None = 1
+    # Expert parallelism, for a model with experts (model=moe): n_experts / ep of them on each
+    # rank, tokens sent to them and back by all-to-all; its ranks are data-parallel ones (ep
+    # divides dp), which hold the rest of the model as replicas do
+    ep: int = 1
     # DDP's gradient bucket size, one all-reduce per bucket; null: torch's default, 25 MiB after
     # a first bucket of 1 MiB, whose all-reduce starts while backward still runs
     bucket_cap_mb: float | None = None

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from runner.job import Job
 from runner.layouts.context import traffic as context_traffic
 from runner.layouts.data import traffic as data_traffic
+from runner.layouts.expert import traffic as expert_traffic
 from runner.layouts.pipeline import traffic as pipeline_traffic
 from runner.layouts.sharded import traffic as sharded_traffic
 from runner.layouts.tensor import traffic as tensor_traffic
@@ -30,6 +31,7 @@ TRAFFIC = (
     sharded_traffic.traffic,
     tensor_traffic.traffic,
     context_traffic.traffic,
+    expert_traffic.traffic,
     pipeline_traffic.traffic,
 )
 

@@ -24,8 +24,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from runner.cluster import bind_gloo_to_loopback
 from runner.compat.device_mesh import flattened
-from runner.layouts.context.split import ContextSplit
+from runner.layouts.context.split import ContextSplit, context_of
 from runner.layouts.data.replicate import Replication
+from runner.layouts.expert.split import ExpertSplit
 from runner.layouts.layout import Layout, LocalShard
 from runner.layouts.probes import Recorder
 from runner.layouts.process_group import backend, timeout
@@ -49,6 +50,7 @@ class MeshStrategy(DDPStrategy, Layout):
         units: Callable[[nn.Module], list[nn.Module]] = lambda model: [],
         sequence: bool = False,  # parallel.sequence_parallel: what `parallelize` splits too
         context: ContextSplit | None = None,  # parallel.cp: the sequence split over the cp ranks
+        expert_spec: Any = None,  # parallel.ep: the model's spec, which finds its experts
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
@@ -56,6 +58,7 @@ class MeshStrategy(DDPStrategy, Layout):
         self.shape = shape
         self.split = TensorSplit(parallelize, shape.tp, sequence)
         self.context = context or ContextSplit(None, 1, 0)
+        self.experts = ExpertSplit(expert_spec, shape)
         self.replication = Replication(bucket_cap_mb)
         # parallel.shard: nothing to split without several replicas
         level = shard if shape.dp > 1 else "none"
@@ -93,7 +96,8 @@ class MeshStrategy(DDPStrategy, Layout):
 
     # --- the parts, composed ---
     def split_layers(self, module: nn.Module) -> nn.Module:
-        return self.context.apply(self.split.apply(module, self.device_mesh), self.device_mesh)
+        split = self.context.apply(self.split.apply(module, self.device_mesh), self.device_mesh)
+        return self.experts.apply(split, self.global_rank)
 
     def replicate(self, module: nn.Module) -> nn.Module:
         """Over the data-parallel dimension: sharded, or replicated by DDP (with the replicas'
@@ -103,7 +107,12 @@ class MeshStrategy(DDPStrategy, Layout):
         if self.sharding is not None and self.sharding.shards_model:
             return self.sharding.apply(module, self.device_mesh, self.microbatches)
         replicas = flattened(self.device_mesh, ("dp", "cp") if self.shape.cp > 1 else ("dp",))
-        return self.replication.apply(module, replicas, self.root_device)
+        others = self.experts.names(module)
+        return self.replication.apply(module, replicas, self.root_device, others)
+
+    def post_backward(self, closure_loss: Any) -> None:
+        super().post_backward(closure_loss)
+        self.experts.sync()  # DDP's all-reduce is done: backward has waited for it
 
     def batch_to_device(self, batch: Any, *args: Any, **kwargs: Any) -> Any:
         """The batch on this rank's device; with context parallelism, its positions only."""
@@ -137,6 +146,7 @@ class MeshStrategy(DDPStrategy, Layout):
             self.sharding.install_probes(record, self.optimizers, gpu)
         self.split.install_probes(record)
         self.context.install_probes(record)
+        self.experts.install_probes(record)
 
     def optimizer_key(self) -> str:
         zero = self.sharding is not None and self.sharding.level == "optimizer"
@@ -171,7 +181,8 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
         cfg.parallel.shard,
         spec.recompute_units,
         sequence=cfg.parallel.sequence_parallel,
-        context=ContextSplit(spec, mesh.cp, cfg.data.get("seq_len") or 0),
+        context=context_of(cfg, mesh),
+        expert_spec=spec,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

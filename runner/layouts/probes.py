@@ -34,6 +34,7 @@ BUS_BYTES = {
     "reduce-scatter": 1.0,
     "broadcast": 1.0,
     "send-recv": 1.0,
+    "all-to-all": 1.0,  # each rank's link carries what it sends to the others: (n-1)/n of S
 }
 
 
@@ -45,7 +46,8 @@ def bus_bytes(kind: str, nbytes: int) -> float:
 
 @dataclass(frozen=True)
 class Transfer:
-    dim: str  # the mesh dimension whose traffic it is: dp | tp | pp; "" for logging's reductions
+    dim: str  # whose traffic it is: dp | tp | sp | cp | pp (runner/mesh.py: TRAFFIC_DIMS); ""
+    # for logging's reductions
     kind: str  # the timeline's name: "all-reduce", "tp all-reduce", ...
     start: Any  # when it was launched (a bucket: when its gradients were ready): a stamp, then s
     end: Any  # when it was done

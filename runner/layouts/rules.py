@@ -29,6 +29,8 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
         check_sequence(cfg, mesh)
     if mesh.cp > 1:
         check_context(cfg, mesh)
+    if cfg.parallel.ep != 1:
+        check_experts(cfg, mesh)
 
 
 def batch_for_plan(cfg: DictConfig, mesh: Mesh) -> None:
@@ -72,6 +74,7 @@ def check_data(cfg: DictConfig, mesh: Mesh) -> None:
 
 def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
     p = cfg.parallel
+    require(has_stages(spec_for(cfg.model)), "parallel.pp", "this model has no pipeline split")
     one_of(p.schedule, "parallel.schedule", SCHEDULES)
     positive(p, "parallel", "microbatches", "virtual_stages")
     check_microbatches(cfg, mesh)
@@ -107,6 +110,11 @@ def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
         )
 
 
+def has_stages(spec: ModelSpec | None) -> bool:
+    """Whether a model's spec splits it into pipeline stages (a user's model has no spec)."""
+    return spec is not None and type(spec).stage_module is not ModelSpec.stage_module
+
+
 def check_microbatches(cfg: DictConfig, mesh: Mesh) -> None:
     m, shard = cfg.parallel.microbatches, cfg.data.batch_size // mesh.dp
     require(
@@ -129,9 +137,8 @@ def check_accumulation(cfg: DictConfig, mesh: Mesh) -> None:
         f"{p.schedule} with virtual_stages={p.virtual_stages} interleaves several stages; "
         "micro-batches without a pipeline (parallel.pp=1) run one stage: use 1f1b or gpipe",
     )
-    spec = spec_for(cfg.model)
     require(
-        spec is not None and type(spec).stage_module is not ModelSpec.stage_module,
+        has_stages(spec_for(cfg.model)),
         "parallel.microbatches",
         "gradient accumulation runs the model as a one-stage pipeline, and this model has no "
         "pipeline split: use 1",
@@ -198,7 +205,7 @@ def check_context(cfg: DictConfig, mesh: Mesh) -> None:
         "parallel.sequence_parallel",
         "splits the sequence over the tp ranks, and parallel.cp already splits it: use one",
     )
-    if cfg.mode == "train":  # a plan shards over the replicas, as Llama 3's FSDP did
+    if cfg.mode == "train":  # a plan shards over dp x cp (runner/job.py: Job.shard)
         require(
             cfg.parallel.shard == "none" or mesh.dp == 1,
             "parallel.shard",
@@ -215,4 +222,25 @@ def check_context(cfg: DictConfig, mesh: Mesh) -> None:
             "trainer.compile",
             "the ring attention sends and receives between its steps, which compiling does not "
             "trace here: set trainer.compile=false with parallel.cp",
+        )
+
+
+def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
+    """Expert parallelism places a mixture of experts' experts over ep of the dp ranks."""
+    ep, spec = cfg.parallel.ep, spec_for(cfg.model)
+    require(ep > 0, "parallel.ep", f"must be positive, got {ep}")
+    require(spec is not None and spec.experts, "parallel.ep", "this model has no experts")
+    n = cfg.model.n_experts
+    require(n % ep == 0, "model.n_experts", f"{n} experts do not split over parallel.ep={ep}")
+    require(
+        mesh.dp % ep == 0,
+        "parallel.ep",
+        f"its ranks are data-parallel ones: {ep} does not divide parallel.dp={mesh.dp}",
+    )
+    if cfg.mode == "train":
+        require(
+            cfg.parallel.shard == "none",
+            "parallel.shard",
+            "shards every weight over the dp ranks, and parallel.ep places the experts over them: "
+            "use none",
         )

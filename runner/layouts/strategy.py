@@ -22,7 +22,7 @@ def strategy(cfg: DictConfig) -> Any:
         return "auto"  # any layout on one device is the plain single-device run
     if mesh.pp > 1 or accumulate:
         from runner.layouts.pipeline.strategy import strategy as make
-    elif mesh.tp > 1 or mesh.cp > 1 or sharded:
+    elif mesh.tp > 1 or mesh.cp > 1 or mesh.ep > 1 or sharded:
         from runner.layouts.mesh_strategy import strategy as make
     else:
         from runner.layouts.data.strategy import strategy as make

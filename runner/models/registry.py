@@ -13,7 +13,7 @@ from typing import Any
 
 from runner.models.spec import ModelSpec
 
-MODELS = ("neuron", "ffnn", "decoder")
+MODELS = ("neuron", "ffnn", "decoder", "moe")
 
 SPECS: dict[str, ModelSpec] = {
     name: importlib.import_module(f"runner.models.{name}.spec").SPEC for name in MODELS

@@ -201,6 +201,21 @@ class ModelSpec:
         again in backward: elements at the forward's precision, and calls."""
         return 0.0, 0.0
 
+    # --- expert parallelism (parallel.ep) ---
+    experts = False  # a mixture of experts, whose experts expert parallelism places
+
+    def expert_layers(self, model: Any) -> list[Any]:
+        """The model's (or a stage's) mixture-of-experts blocks: each has `experts` (a module of
+        stacked expert weights, first dimension the expert), `n_experts` and `exchange`."""
+        return []
+
+    def ep_traffic(
+        self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int
+    ) -> tuple[float, float]:
+        """Elements of one all-to-all of a block's slots, summed over blocks and a replica's
+        micro-batches of `samples`; the calls of one such all-to-all."""
+        return 0.0, 0.0
+
     # --- context parallelism (parallel.cp) ---
     def split_context(self, module: Any, attention: Any, positions: list[int]) -> Any:
         """Run a whole model, or one pipeline stage, on the positions `positions` of each sample

@@ -89,7 +89,8 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
     sp = p.sequence_parallel and p.tp > 1
     rows = [
         ("layout", f"dp {p.dp} x pp {p.pp}{f' x cp {p.cp}' if p.cp > 1 else ''} x tp {p.tp}"
-         f"{' (+ sp)' if sp else ''} = {out[PLAN_WORLD_SIZE.name]} devices"),
+         f"{' (+ sp)' if sp else ''}{f' (ep {p.ep} of the dp)' if p.ep > 1 else ''}"
+         f" = {out[PLAN_WORLD_SIZE.name]} devices"),
         ("parameters", f"{out[PLAN_PARAMS.name]:,}"
          f" ({_parts(out[PLAN_PARAMS_BY_COMPONENT.group])})"),
         ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f}"

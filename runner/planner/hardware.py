@@ -39,6 +39,7 @@ def tier(hw: HardwareConfig, mesh: Mesh, dim: str) -> LinkConfig:
     chosen = hw.tiers.get(dim, "auto")
     if chosen == "auto":
         inner = {"tp": 1, "cp": mesh.tp, "dp": mesh.tp * mesh.cp, "pp": mesh.world // mesh.pp}
+        inner["ep"] = inner["dp"]  # an ep group: neighbouring data-parallel ranks
         span = inner[dim] * getattr(mesh, dim)
         inside = span <= hw.devices and hw.devices % span == 0  # no group straddles two nodes
         chosen = "intra_node" if inside else "inter_node"

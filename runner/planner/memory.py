@@ -32,13 +32,11 @@ def optimizer_bytes_per_param(optimizer: str) -> int:
     return 8 if optimizer == "adamw" else 0  # two fp32 moments
 
 
-def params_per_device(job: Job) -> int:
-    """The most any rank holds: its stages' parameters, tensor-parallel layers split."""
-    mesh, last = job.mesh, len(job.stages) - 1
-    counts = [
-        sum(job.spec.stage_tensors(job.model, s, i in (0, last), mesh.tp, job.vocab_tp))
-        for i, s in enumerate(job.stages)
-    ]
+def params_per_device(job: Job, experts: bool = True) -> int:
+    """The most any rank holds: its stages' parameters, tensor-parallel layers split, a mixture
+    of experts' experts placed over ep (`experts` false: without them)."""
+    mesh = job.mesh
+    counts = [sum(job.stage_tensors(i, experts)) for i in range(len(job.stages))]
     return max(sum(counts[r :: mesh.pp]) for r in range(mesh.pp))  # stage s sits on rank s % pp
 
 
@@ -65,7 +63,7 @@ def activation_bytes(job: Job) -> float:
 
 def weights_held(job: Job) -> float:
     """The most fp32 weights any rank holds at once under ZeRO-3 (the module's docstring)."""
-    n, held = job.mesh.dp, [0.0] * job.mesh.pp
+    n, held = job.mesh.size("dp"), [0.0] * job.mesh.pp
     for i in range(len(job.stages)):
         u = units(job, i)
         held[i % job.mesh.pp] += u.total / n + u.root + sum(sorted(u.layers)[-2:])
@@ -80,7 +78,7 @@ def largest_unit(job: Job) -> int:
 
 def memory_per_device_gib(job: Job) -> dict[str, float]:
     params, precision = params_per_device(job), precision_of(job.trainer)
-    shard, n = job.shard, job.mesh.dp
+    shard, n = job.shard, job.mesh.size("dp")
     split = {  # the parts each level splits n ways
         "none": (),
         "optimizer": ("optimizer_state",),
@@ -94,7 +92,7 @@ def memory_per_device_gib(job: Job) -> dict[str, float]:
         "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer) / GIB,
         "activations": activation_bytes(job) / GIB,
     }
-    out |= {part: out[part] / n for part in split}
+    out |= {part: out[part] * sharded_share(job, n) for part in split}
     if regathers(job):
         out["weights"] = weights_held(job) * PARAM_BYTES / GIB
     elif shard in ("gradients", "full"):  # FSDP's shards, and every unit gathered beside them
@@ -102,6 +100,15 @@ def memory_per_device_gib(job: Job) -> dict[str, float]:
     if shard in ("gradients", "full"):
         out["gradients"] += 2 * largest_unit(job) * PARAM_BYTES / GIB
     return out | {"total": sum(out.values())}
+
+
+def sharded_share(job: Job, n: int) -> float:
+    """What of a rank's parameters' state sharding over the n dp ranks leaves it: 1/n, but a
+    mixture of experts' placed experts shard over their n / ep replicas only."""
+    if job.mesh.ep == 1:
+        return 1 / n
+    every, experts = params_per_device(job), params_per_device(job) - params_per_device(job, False)
+    return ((every - experts) / n + experts * job.mesh.ep / n) / every
 
 
 def largest_layer_gib(job: Job) -> float:

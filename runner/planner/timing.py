@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.job import Job
+from runner.layouts.context.traffic import ring_calls, ring_phases
 from runner.layouts.sharded.traffic import Collective, collectives
 from runner.layouts.traffic import Traffic
 from runner.mesh import P2P_DIMS
@@ -124,26 +125,27 @@ def stage_products(job: Job, index: int) -> list[Any] | None:
 
 
 def attention_s(job: Job) -> float:
-    """The busiest pipeline rank's attention products in a step, forward and backward (and the
-    forward again under full recomputation): what a ring attention's exchanges run beside."""
-    rates, passes = Rates.of(job), 3 + (job.trainer.recompute == "full")
-    per_stage = [
-        sum(
-            gemm.seconds(g, rates.peak, rates.curve, rates.bandwidth, rates.elem) * passes
-            for g in stage_products(job, i) or []
-            if g.attention
-        )
-        for i in range(len(job.stages))
-    ]
-    per_rank = [sum(per_stage[r :: job.mesh.pp]) for r in range(job.mesh.pp)]
-    return max(per_rank) * job.microbatches / job.hardware.compute_efficiency
+    """The busiest pipeline rank's attention products in one forward pass of a step (backward
+    runs two of their size): what a ring attention's exchanges run beside."""
+    rates = Rates.of(job)
+
+    def stage(i: int) -> float:
+        products = [g for g in stage_products(job, i) or [] if g.attention]
+        return sum(gemm.seconds(g, rates.peak, rates.curve, rates.bandwidth, rates.elem)
+                   for g in products)  # fmt: skip
+
+    busiest = max(by_rank(job, [stage(i) for i in range(len(job.stages))]))
+    return busiest * job.microbatches / job.hardware.compute_efficiency
+
+
+def by_rank(job: Job, per_stage: list[float]) -> list[float]:
+    """Each pipeline rank's sum of its stages' figures: stage s sits on rank s % pp."""
+    return [sum(per_stage[r :: job.mesh.pp]) for r in range(job.mesh.pp)]
 
 
 def rank_products_s(job: Job, rates: Rates) -> list[float]:
-    """Each pipeline rank's matrix products for one micro-batch: stage s sits on rank s % pp."""
-    pp = job.mesh.pp
-    per_stage = [stage_s(job, i, rates) for i in range(len(job.stages))]
-    return [sum(per_stage[r::pp]) for r in range(pp)]
+    """Each pipeline rank's matrix products for one micro-batch."""
+    return by_rank(job, [stage_s(job, i, rates) for i in range(len(job.stages))])
 
 
 def products_s(job: Job, rates: Rates) -> float:
@@ -199,16 +201,30 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
         if dim == "dp" and job.shard != "none":
             exposed[dim], hidden[dim] = sharded_s(job, traffic, compute)
             continue
-        # sequence parallelism's: all-gathers and reduce-scatters, (n-1)/n of their payload each
-        kind = "all_gather" if dim == "sp" else "all_reduce"
+        # sequence parallelism's all-gathers and reduce-scatters, and expert parallelism's
+        # all-to-alls: (n-1)/n of their payload each
+        kind = {"sp": "all_gather", "ep": "all_to_all"}.get(dim, "all_reduce")
         total = transfer_s(link, traffic.calls[dim], wire_bytes(dim, payload, n, kind))
         exposed[dim] = total
         if dim == "dp" and dim in traffic.tail:
             exposed[dim], hidden[dim] = ddp_s(job, total, traffic.tail[dim], compute)
         if dim == "cp":  # the ring's sends run beside attention's products
-            exposed[dim] = max(0.0, total - attention_s(job))
+            exposed[dim] = ring_s(job, link)
             hidden[dim] = total - exposed[dim]
     return exposed, hidden
+
+
+def ring_s(job: Job, link: Any) -> float:
+    """A ring attention's exposed time: each pass's sends where they outlast the attention
+    products beside them (forward's, recomputation's again, and backward's, twice their size),
+    and every block's last exchange of gradients, which nothing computes beside."""
+    forward, backward, last = ring_phases(job)
+    calls = ring_calls(job)
+    full = job.trainer.recompute == "full"
+    attention = attention_s(job)
+    ahead = transfer_s(link, calls[0], forward) - attention * (1 + full)
+    behind = transfer_s(link, calls[1], backward) - 2 * attention
+    return max(0.0, ahead) + max(transfer_s(link, calls[2], last), behind)
 
 
 def ddp_s(job: Job, total: float, tail: float, compute: float) -> tuple[float, float]:
@@ -223,7 +239,7 @@ def ddp_s(job: Job, total: float, tail: float, compute: float) -> tuple[float, f
 
 def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]:
     """Sharded data parallelism's time exposed and hidden (the module's docstring)."""
-    n, link = job.mesh.dp, tier(job.hardware, job.mesh, "dp")
+    n, link = job.mesh.size("dp"), tier(job.hardware, job.mesh, "dp")
     own = collectives(job)
 
     def seconds(c: Collective, calls: float, payload: float) -> float:

@@ -43,6 +43,7 @@ from runner.threads import this_rank_threads
 from runner.training.callbacks.faults import FaultInjection, Progress
 from runner.training.callbacks.progress_bar import ProgressBar
 from runner.training.callbacks.rank_timing import LOOP_TIME, LoopTiming, RankTiming, combine
+from runner.training.callbacks.router import RouterFigures
 from runner.training.callbacks.system_metrics import SystemMetrics
 from runner.training.module import TrainModule
 from runner.validate import ConfigError
@@ -186,6 +187,7 @@ def build_trainer(
             Progress(progress, start),
             timing,
             *([ProgressBar()] if t.progress_bar else []),
+            RouterFigures(),  # a mixture of experts' (model=moe); nothing for other models
             *(
                 [SystemMetrics(run_id, uri, cfg.logger.system_metrics_interval_s)]
                 if cfg.logger.system_metrics

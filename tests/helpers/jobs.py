@@ -7,6 +7,7 @@ import functools
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
@@ -66,3 +67,14 @@ def train(*overrides: str) -> str:
     run_job(cfg, choices, list(overrides))
     (new,) = {r.info.run_id for r in all_runs(cfg.logger.tracking_uri)} - before
     return new
+
+
+def planned(*overrides: str) -> dict[str, Any]:
+    """What mode=plan answers for the job (runner/planner/__init__.py: plan), without a run."""
+    from runner import validate
+    from runner.job import resolve_job
+    from runner.planner import plan
+
+    cfg, _ = compose_job(*overrides)
+    validate.validate(cfg)
+    return plan(resolve_job(cfg))

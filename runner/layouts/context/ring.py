@@ -69,7 +69,9 @@ class Ring:
         return received
 
 
-KV, GRADS = 0, 2  # the exchanges' tags: keys and values, and their gradients
+# The exchanges' tags, each tensor of an exchange its own (tag, tag + 1): in backward an exchange
+# of keys and values and one of their gradients are in flight at once, between the same ranks.
+KV, GRADS = 0, 2
 
 
 def layout(seq_len: int, cp: int) -> list[list[int]]:
@@ -109,14 +111,10 @@ class RingAttention:
             return _RingAttention.apply(q, k, v, self, dropout_p)
 
 
-def _block(
-    q: torch.Tensor, k: torch.Tensor, visible: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The scores of one block (scaled, masked) and their log-sum-exp per query (-inf where the
-    query sees none of the block's keys)."""
+def _scores(q: torch.Tensor, k: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """The scores of one block, scaled, -inf where the causal mask hides a key."""
     scores = (q @ k.float().transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~visible, float("-inf"))
-    return scores, torch.logsumexp(scores, dim=-1, keepdim=True)
+    return scores.masked_fill(~visible, float("-inf"))
 
 
 def _weights(scores: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
@@ -136,7 +134,9 @@ class _RingAttention(torch.autograd.Function):
         kv, masks = (k, v), []
         for j in range(ring.size):
             pending = ring.start(kv, KV) if j < ring.size - 1 else None
-            scores, block_lse = _block(qf, kv[0], attn.visible[j])
+            scores = _scores(qf, kv[0], attn.visible[j])
+            # per query; -inf where it sees none of the block's keys
+            block_lse = torch.logsumexp(scores, dim=-1, keepdim=True)
             weights = _weights(scores, block_lse)
             if dropout_p > 0:
                 masks.append(torch.rand_like(weights) >= dropout_p)
@@ -163,8 +163,7 @@ class _RingAttention(torch.autograd.Function):
         kv, grads, sending = (k, v), None, None
         for j in range(ring.size):
             pending = ring.start(kv, KV) if j < ring.size - 1 else None
-            scores, _ = _block(qf, kv[0], attn.visible[j])
-            weights = _weights(scores, lse)
+            weights = _weights(_scores(qf, kv[0], attn.visible[j]), lse)
             dropped = weights * masks[j] / (1 - p) if masks else weights
             dv = dropped.transpose(-2, -1) @ dout
             dweights = dout @ kv[1].float().transpose(-2, -1)

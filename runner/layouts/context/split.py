@@ -9,12 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
+from runner.errors import require
 from runner.layouts.context import probe
 from runner.layouts.context.ring import Ring, RingAttention, layout
 from runner.layouts.probes import Recorder
+from runner.mesh import Mesh
+from runner.models.registry import spec_for
 
 
 class ContextSplit:
@@ -37,14 +41,20 @@ class ContextSplit:
         if self.positions is None:
             return batch
         x, y = batch
-        if x.shape[1] != self.seq_len:
-            raise ValueError(
-                f"context parallelism split the sequence of {self.seq_len} positions "
-                f"(data.seq_len), and a batch came with {x.shape[1]}"
-            )
+        require(
+            x.shape[1] == self.seq_len,
+            "data.seq_len",
+            f"context parallelism splits sequences of {self.seq_len} positions, and a batch came "
+            f"with {x.shape[1]}",
+        )
         index = self.positions.to(x.device)
         return x[:, index], y[:, index]
 
     def install_probes(self, record: Recorder) -> None:
         if self.cp > 1:
             probe.install(record)
+
+
+def context_of(cfg: DictConfig, mesh: Mesh) -> ContextSplit:
+    """The job's context split (parallel.cp; with cp 1, none)."""
+    return ContextSplit(spec_for(cfg.model), mesh.cp, cfg.data.get("seq_len") or 0)

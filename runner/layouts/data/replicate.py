@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.compat.ddp_dtensor import localized_shards
+from runner.compat.ddp_dtensor import leave_to_others, localized_shards
 from runner.layouts.data.probe import hook_buckets
 from runner.layouts.layout import LocalShard
 from runner.layouts.probes import Recorder
@@ -26,16 +26,22 @@ class Replication:
         # show them as DTensors (runner/snapshots.py).
         self.localized: list[LocalShard] = []
 
-    def apply(self, module: nn.Module, mesh: DeviceMesh, device: torch.device) -> nn.Module:
-        """`module` wrapped in DDP over `mesh` (1-D: the replicas', with their cp ranks)."""
+    def apply(
+        self, module: nn.Module, mesh: DeviceMesh, device: torch.device, others: list[str]
+    ) -> nn.Module:
+        """`module` wrapped in DDP over `mesh` (1-D: the replicas', with their cp ranks), but for
+        the parameters named in `others` (the experts, whose gradients expert parallelism sums)."""
         gpu = device.type == "cuda"
+        if others:
+            leave_to_others(module, others)
         split = any(isinstance(p, DTensor) for p in module.parameters())
         replica = DistributedDataParallel(
             module,
             device_ids=[device.index] if gpu else None,
             device_mesh=mesh,
             bucket_cap_mb=self.bucket_cap_mb,
-            broadcast_buffers=False,  # the decoder's fixed positions are equal on every rank
+            # the decoder's fixed positions differ: each context-parallel rank holds its own
+            broadcast_buffers=False,
         )
         self.replicas.append(replica)
         # DDP keeps each DTensor shard as a plain local tensor (runner/compat/ddp_dtensor.py);

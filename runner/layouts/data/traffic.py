@@ -35,15 +35,15 @@ def traffic(job: Job) -> Traffic:
     mesh, stages, elem = job.mesh, job.stages, PARAM_BYTES
     if mesh.size("dp") < 2 or job.shard in ("gradients", "full"):
         return Traffic()
-    last = len(stages) - 1
-    per_stage = [
-        job.spec.stage_tensors(job.model, s, i in (0, last), mesh.tp, job.vocab_tp)
-        for i, s in enumerate(stages)
-    ]
+    placed = mesh.ep > 1  # DDP leaves the experts to expert parallelism
+    per_stage = [job.stage_tensors(i, experts=not placed) for i in range(len(stages))]
     payload = sum(sum(t) for t in per_stage) * elem / mesh.pp  # every gradient a rank holds, once
     cap = job.parallel.bucket_cap_mb
     per_bucket = [buckets([n * elem for n in t], cap) for t in per_stage]
     calls = fmean(len(b) for b in per_bucket)
     tail = {"dp": fmean(b[-1] for b in per_bucket)}
     named = {"dp/all_reduce": payload} if job.shard != "none" else {}
+    if placed and mesh.size("dp") // mesh.ep > 1:  # the experts' replicas: one all-reduce
+        experts = [sum(job.stage_tensors(i)) - sum(t) for i, t in enumerate(per_stage)]
+        payload, calls = payload + sum(experts) * elem / mesh.pp, calls + 1
     return Traffic({"dp": payload}, {"dp": calls}, tail, named)

@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor
 from runner import clock, preemption
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
-from runner.layouts.context.split import ContextSplit
+from runner.layouts.context.split import context_of
 from runner.layouts.mesh_strategy import MeshStrategy
 from runner.layouts.pipeline.probe import PipelineTrace
 from runner.layouts.pipeline.stages import (
@@ -146,7 +146,7 @@ class PipelineStrategy(MeshStrategy):
         takes part in creating every group."""
         mine, shape = None, self.shape
         for dp, cp, tp in itertools.product(range(shape.dp), range(shape.cp), range(shape.tp)):
-            ends = [shape.rank(0, dp, tp, cp), shape.rank(self.last_pp, dp, tp, cp)]
+            ends = [shape.rank(0, dp, tp, cp=cp), shape.rank(self.last_pp, dp, tp, cp=cp)]
             group = dist.new_group(ends)
             if self.global_rank in ends:
                 mine = group
@@ -192,7 +192,7 @@ class PipelineStrategy(MeshStrategy):
             return loss, []
         start = clock.stamp()
         c = self.coords
-        src = self.shape.rank(self.last_pp, c["dp"], c["tp"], c["cp"])
+        src = self.shape.rank(self.last_pp, c["dp"], c["tp"], cp=c["cp"])
         dist.broadcast(loss, src=src, group=self.device_mesh["pp"].get_group())
         return loss, [Transfer("", "all-reduce", start, clock.stamp())]
 
@@ -256,7 +256,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         bucket_cap_mb=p.bucket_cap_mb,
         shard=p.shard,
         units=spec_for(cfg.model).recompute_units,
-        context=ContextSplit(spec_for(cfg.model), mesh.cp, cfg.data.get("seq_len") or 0),
+        context=context_of(cfg, mesh),
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

@@ -90,15 +90,11 @@ class Collective:
 
 def collectives(job: Job) -> list[Collective]:
     """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py)."""
-    shard, pp, last = job.shard, job.mesh.pp, len(job.stages) - 1
+    shard, pp = job.shard, job.mesh.pp
     if shard == "none":
         return []
     if shard == "optimizer":
-        m, tp, vocab_tp = job.model, job.mesh.tp, job.vocab_tp
-        tensors = [
-            job.spec.stage_tensors(m, s, i in (0, last), tp, vocab_tp)
-            for i, s in enumerate(job.stages)
-        ]
+        tensors = [job.stage_tensors(i) for i in range(len(job.stages))]
         sent = sum(sum(t) for t in tensors) * PARAM_BYTES / pp
         calls = sum(len(t) for t in tensors) / pp
         return [Collective("broadcast", "after", sent, calls, sent, calls)]

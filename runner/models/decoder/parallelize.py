@@ -82,8 +82,10 @@ def stage_example(
     return x, torch.empty(out, device="meta", requires_grad=True)
 
 
-def block_plan() -> dict[str, object]:
-    return {
+def block_plan(ffn: bool = True) -> dict[str, object]:
+    """A block's split; `ffn` false: its attention only (a mixture of experts' FFN stays whole
+    on every tensor-parallel rank: runner/models/moe/)."""
+    attention = {
         "attn": PrepareModuleInput(
             input_layouts=(Replicate(),),
             desired_input_layouts=(Replicate(),),
@@ -93,9 +95,8 @@ def block_plan() -> dict[str, object]:
         "attn.k_proj": ColwiseParallel(),
         "attn.v_proj": ColwiseParallel(),
         "attn.o_proj": RowwiseParallel(),
-        "ffn.up": ColwiseParallel(),
-        "ffn.down": RowwiseParallel(),
     }
+    return attention | ({"ffn.up": ColwiseParallel(), "ffn.down": RowwiseParallel()} if ffn else {})
 
 
 def sequence_plan() -> dict[str, object]:
@@ -119,14 +120,16 @@ def sequence_plan() -> dict[str, object]:
 
 
 def parallelize(
-    module: nn.Module, mesh: DeviceMesh, vocab_parallel: bool = False, sequence: bool = False
-) -> nn.Module:
+    module: nn.Module, mesh: DeviceMesh, vocab_parallel: bool = False, sequence: bool = False,
+    ffn: bool = True,
+) -> nn.Module:  # fmt: skip
     """Split every block of `module` (the whole decoder or one stage) over the 1-D mesh; with
     `vocab_parallel` its embedding and output layer by vocabulary rows; with `sequence` the
-    stream between the split layers along the sequence (the whole decoder only)."""
+    stream between the split layers along the sequence (the whole decoder only); `ffn` false:
+    the blocks' attention only."""
     blocks = [m for m in module.modules() if isinstance(m, Block)]
     for block in blocks:
-        parallelize_module(block, mesh, sequence_plan() if sequence else block_plan())
+        parallelize_module(block, mesh, sequence_plan() if sequence else block_plan(ffn))
         if sequence:
             summed_at_backward(block.norm1, block.norm2)
     if sequence:

@@ -105,7 +105,7 @@ class DecoderSpec(ModelSpec):
         residual stream, fp32 under autocast) and one layer's whole set at a time, in backward.
         With context parallelism every rank holds s/cp positions of all of it; its ring attention
         keeps no scores (runner/layouts/context/ring.py), only dropout's masks, a byte each of
-        the s/cp x s pairs it computed."""
+        the s/cp x s pairs it computed; while backward runs, one block's working set."""
         s, b, h, a, t = held.seq_len // held.cp, held.micro, m["d_model"], m["n_heads"], held.tp
         ring = held.cp > 1
 
@@ -118,6 +118,9 @@ class DecoderSpec(ModelSpec):
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
         logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4
+        # The ring's backward works on one block at a time: its weights, their gradient and two
+        # temporaries of the same s/cp x s/cp size, fp32, per sample and head of this rank's
+        logits += 4 * b * (a // t) * s * s * 4 if ring else 0
         if held.recompute == "full":
             block_input = s * b * h * self.between_layers_bytes(held.elem)
             block_input /= t if held.sequence else 1  # each rank's positions of the stream

@@ -1,0 +1,91 @@
+"""Expert parallelism's part of a mesh: each mixture-of-experts block's experts placed n_experts
+/ ep to a rank, over ep ranks drawn from the data-parallel ones (Megatron-LM's and torchtitan's
+way: ep divides dp), and the block's slots all-to-all to them and back (exchange.py).
+
+The rest of the model is replicated as data parallelism replicates it, DDP averaging its
+gradients over dp (and cp). The experts are not DDP's: a rank's experts saw the tokens of its
+whole ep group through the all-to-all, so their gradients are already that group's sum; summed
+over the other groups' replicas of the same experts (dp / ep of them, with their cp ranks) and
+divided by dp x cp, they are the mean DDP gives the rest, one all-reduce a step."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from runner import clock
+from runner.layouts.expert import exchange
+from runner.layouts.expert.exchange import ExpertExchange
+from runner.layouts.probes import Recorder, Transfer
+from runner.mesh import Mesh
+
+
+class ExpertSplit:
+    def __init__(self, spec: Any, shape: Mesh) -> None:
+        self.spec, self.shape, self.ep = spec, shape, shape.ep
+        self.params: list[nn.Parameter] = []  # this rank's experts' weights
+        self.replicas: dist.ProcessGroup | None = None  # the ranks holding the same experts
+        self.record: Recorder | None = None
+
+    def apply(self, module: nn.Module, global_rank: int) -> nn.Module:
+        """`module`'s experts cut to this rank's; itself with one ep rank."""
+        if self.ep == 1:
+            return module
+        group, index = self._groups(global_rank)
+        for block in self.spec.expert_layers(module):
+            experts, mine = block.experts, block.n_experts // self.ep
+            for name, p in list(experts.named_parameters(recurse=False)):
+                local = nn.Parameter(p.detach()[index * mine : (index + 1) * mine].clone())
+                setattr(experts, name, local)
+                self.params.append(local)
+            block.exchange = ExpertExchange(experts, group, self.ep)
+        return module
+
+    def names(self, module: nn.Module) -> list[str]:
+        """The experts' parameter names in `module`: data parallelism leaves them alone."""
+        mine = {id(p) for p in self.params}
+        return [name for name, p in module.named_parameters() if id(p) in mine]
+
+    def _groups(self, global_rank: int) -> tuple[dist.ProcessGroup, int]:
+        """This rank's ep group and index in it; the replicas of its experts. Every rank takes
+        part in creating every group, in the same order."""
+        s, ep = self.shape, self.ep
+        me = s.coords(global_rank)
+        blocks = range(s.dp // ep)
+        mine = None
+        for pp, cp, tp, block in itertools.product(range(s.pp), range(s.cp), range(s.tp), blocks):
+            ranks = [s.rank(pp, block * ep + i, tp, cp=cp) for i in range(ep)]
+            group = dist.new_group(ranks)
+            if global_rank in ranks:
+                mine = group
+        for pp, tp, i in itertools.product(range(s.pp), range(s.tp), range(ep)):
+            ranks = [s.rank(pp, b * ep + i, tp, cp=c) for b in blocks for c in range(s.cp)]
+            group = dist.new_group(ranks)
+            if global_rank in ranks:
+                self.replicas = group
+        return mine, me["dp"] % ep
+
+    def sync(self) -> None:
+        """The experts' gradients: summed over their replicas, divided as DDP divides the rest."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.flatten() for g in grads])
+        if dist.get_world_size(self.replicas) > 1:
+            start = clock.stamp()
+            dist.all_reduce(flat, group=self.replicas)
+            if self.record is not None:
+                nbytes = flat.numel() * flat.element_size()
+                self.record(Transfer("dp", "all-reduce", start, clock.stamp(), nbytes))
+        flat /= self.shape.size("dp")
+        for g, part in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            g.copy_(part.view_as(g))
+
+    def install_probes(self, record: Recorder) -> None:
+        if self.ep > 1:
+            exchange.install(record)
+            self.record = record

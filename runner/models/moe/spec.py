@@ -1,0 +1,157 @@
+"""The mixture-of-experts decoder, as the runner sees it: the decoder's spec (runner/models/
+decoder/spec.py) with each block's FFN replaced by a router and n_experts FFNs. A token runs
+through top_k of them, so its FLOPs are the dense decoder's with k FFNs; every expert's weights,
+gradients and optimizer state are held. Activations are counted as the dense decoder's: the
+experts' slots (capacity_factor x top_k of a token each) are not, yet. Not split over tensor-
+parallel ranks or pipeline stages here: refused in one line."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from runner.errors import positive, require
+from runner.models.decoder.spec import DecoderSpec, vocab_rows
+from runner.models.decoder.spec import block_tensors as decoder_block
+from runner.models.moe.config import MoEConfig
+from runner.models.spec import Cfg, Gemm, ModelSpec
+
+
+def moe_ffn_tensors(m: Cfg, ep: int = 1) -> list[int]:
+    """One block's router and a rank's experts (n_experts / ep), in the module's order: router,
+    up, its bias, down, its bias."""
+    d, n, held = m["d_model"], m["n_experts"], m["n_experts"] // ep
+    return [d * n, held * d * 4 * d, held * 4 * d, held * 4 * d * d, held * d]
+
+
+def block_tensors(m: Cfg, tp: int = 1, ep: int = 1, experts: bool = True) -> list[int]:
+    """The decoder's attention and first norm (split over tp as its), the router and this rank's
+    experts, the second norm."""
+    d = m["d_model"]
+    router, *held = moe_ffn_tensors(m, ep)
+    return [*decoder_block(d, tp)[:10], router, *(held if experts else []), d, d]
+
+
+def capacity(m: Cfg, tokens: int) -> int:
+    """Slots per expert for a micro-batch's tokens (runner/models/moe/model.py)."""
+    return math.ceil(m["capacity_factor"] * tokens * m["top_k"] / m["n_experts"])
+
+
+class MoESpec(DecoderSpec):
+    experts = True
+    sequence = False  # sequence parallelism splits the decoder's FFN, which this has none of
+
+    def expert_layers(self, model: Any) -> list[Any]:
+        from runner.models.moe.model import MoEFeedForward
+
+        return [m for m in model.modules() if isinstance(m, MoEFeedForward)]
+
+    def ep_traffic(
+        self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int
+    ) -> tuple[float, float]:
+        """A block's slots, n_experts x capacity x d_model for a micro-batch of b samples of
+        s/cp tokens each (runner/models/moe/model.py), in every block of every micro-batch."""
+        tokens = samples // microbatches * data["seq_len"] // cp
+        per_micro = m["n_experts"] * capacity(m, tokens) * m["d_model"] * m["n_layers"]
+        return per_micro * microbatches, m["n_layers"] * microbatches
+
+    def check(self, m: Cfg, data: Cfg, train: bool) -> None:
+        super().check(m, data, train)
+        positive(m, "model", "n_experts", "top_k", "capacity_factor")
+        n, k = m["n_experts"], m["top_k"]
+        require(k <= n, "model.top_k", f"{k} experts a token of model.n_experts={n}")
+        weight = m["balance_weight"]
+        require(weight >= 0, "model.balance_weight", f"must be 0 or more, got {weight}")
+
+    def params_by_component(self, m: Cfg) -> dict[str, int]:
+        dense = super().params_by_component(m)
+        del dense["ffn"]
+        router, *experts = moe_ffn_tensors(m)
+        return {**dense, "router": m["n_layers"] * router, "experts": m["n_layers"] * sum(experts)}
+
+    def active_params(self, m: Cfg) -> int:
+        """The weights one token runs through: k of each block's experts."""
+        every = self.params_by_component(m)
+        return self.params(m) - every["experts"] * (1 - m["top_k"] / m["n_experts"])
+
+    def flops_per_token(self, m: Cfg, data: Cfg) -> float:
+        return 6 * self.active_params(m) + 12 * m["n_layers"] * data["seq_len"] * m["d_model"]
+
+    def stage_tensors(
+        self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False, ep: int = 1,
+        experts: bool = True,
+    ) -> list[int]:  # fmt: skip
+        """A rank's: n_experts / ep experts a block (`experts` false: none of them)."""
+        embedding = [vocab_rows(m, tp, vocab_tp) * m["d_model"]] if ends else []
+        return embedding + [n for _ in layers for n in block_tensors(m, tp, ep, experts)]
+
+    def largest_layer_params(self, m: Cfg, tp: int, vocab_tp: bool = False) -> int:
+        return max(sum(block_tensors(m, tp)), vocab_rows(m, tp, vocab_tp) * m["d_model"])
+
+    def stage_flops_per_token(self, m: Cfg, data: Cfg, stages: list[range], tp: int) -> list[float]:
+        per_layer = (self.flops_per_token(m, data) - 6 * m["vocab_size"] * m["d_model"]) / m[
+            "n_layers"
+        ]
+        head = 6 * m["vocab_size"] * m["d_model"]
+        last = len(stages) - 1
+        return [len(s) * per_layer + head * (i == last) for i, s in enumerate(stages)]
+
+    def stage_gemms(
+        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool,
+        cp: int = 1,
+    ) -> list[Gemm]:  # fmt: skip
+        """The decoder's, its FFN's two products replaced by the router's and each expert's over
+        its slots (padding included: the experts compute every slot)."""
+        dense = super().stage_gemms(m, data, layers, last, micro, tp, vocab_tp, cp)
+        d, n = m["d_model"], m["n_experts"]
+        tokens = micro * data["seq_len"] // cp
+        slots = capacity(m, tokens)
+        moe = [
+            Gemm(tokens, n, d),  # router
+            Gemm(slots, 4 * d, d, count=n),  # each expert's up
+            Gemm(slots, d, 4 * d, count=n),  # and down
+        ]
+        per_block = 6
+        out = []
+        for i in range(len(layers)):
+            block = dense[i * per_block : (i + 1) * per_block]
+            out += [*block[:2], *moe, *block[4:]]  # Q, K, V; output; (FFN); attention
+        return out + dense[len(layers) * per_block :]
+
+    # --- tensor parallelism: the attention split as the decoder's, the experts whole ---
+    def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
+        heads = m["n_heads"]
+        require(heads % tp == 0, "model.n_heads", f"{heads} heads do not split into tp={tp}")
+
+    def parallelize(
+        self, module: Any, tp_mesh: Any, vocab_parallel: bool = False, sequence: bool = False
+    ) -> Any:
+        from runner.models.decoder.parallelize import parallelize
+
+        return parallelize(module, tp_mesh, vocab_parallel, ffn=False)
+
+    def tp_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
+    ) -> tuple[float, float]:
+        """The attention's all-reduces alone: its output's forward, its input's backward."""
+        elements, calls = super().tp_traffic(m, data, samples, stages, microbatches)
+        return elements / 2, calls / 2
+
+    def tp_recompute_traffic(
+        self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int, mode: str
+    ) -> tuple[float, float]:
+        elements, calls = super().tp_recompute_traffic(m, data, samples, stages, microbatches, mode)
+        return elements / 2, calls / 2
+
+    def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
+        return 4 * m["n_layers"]  # Q, K, V, output
+
+    # No pipeline split yet (the rules refuse a pipeline and micro-batches for a model without)
+    stage_module = ModelSpec.stage_module
+    stage_example = ModelSpec.stage_example
+
+    def recompute_units(self, model: Any) -> list[Any]:
+        return list(model.blocks)
+
+
+SPEC = MoESpec(name="moe", config=MoEConfig)

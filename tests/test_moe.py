@@ -1,0 +1,138 @@
+"""The mixture-of-experts decoder (model=moe, runner/models/moe/): each token through its top_k
+experts, weighted by the router; full experts drop tokens; the balancing loss's gradient joins
+backward without changing the loss; the router's figures are logged each step. Expert
+parallelism (parallel.ep): each layout equals the single process, its all-to-alls' bytes and the
+experts' gradient sums equal the planner's exactly."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.models.moe.model import MoEFeedForward
+from runner.models.registry import SPECS
+from tests.helpers.in_process import Cli
+from tests.helpers.jobs import QUICK, compose_job, planned, train
+from tests.helpers.layouts import assert_equal_and_counted, shown_on_timeline
+from tests.helpers.records import all_runs, loss_series
+
+RELATIVE = 1e-5  # fp32: experts' products over other batches of slots, sums in another order
+
+
+def layer(capacity_factor: float, balance_weight: float = 0.0) -> MoEFeedForward:
+    torch.manual_seed(0)
+    return MoEFeedForward(8, 4, 2, capacity_factor, balance_weight)
+
+
+def by_hand(moe: MoEFeedForward, x: torch.Tensor) -> torch.Tensor:
+    """Each token through its two chosen experts, one at a time, their outputs weighted by the
+    router's probabilities renormalized over the two."""
+    e = moe.experts
+    out = torch.zeros_like(x)
+    for t, token in enumerate(x):
+        probs = torch.softmax(moe.router(token), dim=-1)
+        gate, choice = probs.topk(2)
+        for g, i in zip(gate / gate.sum(), choice, strict=True):
+            hidden = torch.relu(token @ e.up[i] + e.up_bias[i])
+            out[t] += g * (hidden @ e.down[i] + e.down_bias[i])
+    return out
+
+
+def test_every_token_goes_through_its_top_k_experts_when_none_is_full() -> None:
+    moe, x = layer(capacity_factor=2.0), torch.randn(1, 10, 8)  # 2 = n / k: room for every token
+    assert torch.allclose(moe(x)[0], by_hand(moe, x[0]), atol=1e-6)
+    assert moe.routed["dropped"] == 0 and moe.routed["counts"].sum() == 20
+
+
+def test_a_full_expert_drops_the_tokens_routed_to_it_last() -> None:
+    """Capacity ceil(0.5 x 10 x 2 / 4) = 3 slots an expert: first choices take them first."""
+    moe, x = layer(capacity_factor=0.5), torch.randn(1, 10, 8)
+    assert moe.capacity(10) == 3
+    moe(x)
+    counts = moe.routed["counts"]
+    assert moe.routed["dropped"] == (counts - 3).clamp(min=0).sum() > 0
+
+
+def test_the_balancing_loss_joins_backward_and_not_the_output() -> None:
+    x = torch.randn(1, 10, 8)
+    plain, balanced = layer(2.0), layer(2.0, balance_weight=0.5)
+    out_plain, out_balanced = plain(x), balanced(x)
+    assert torch.equal(out_plain, out_balanced)
+    out_plain.sum().backward()
+    out_balanced.sum().backward()
+    # The router's gradient differs by the weighted loss's own: n x sum(f_e x P_e), P_e from it
+    assert not torch.allclose(plain.router.weight.grad, balanced.router.weight.grad)
+    assert torch.equal(plain.experts.up.grad, balanced.experts.up.grad)
+
+
+def test_the_flops_count_k_experts_a_token() -> None:
+    """6 per active weight: the dense decoder's with k FFNs, plus the router."""
+    cfg, _ = compose_job("model=moe")
+    m, spec = cfg.model, SPECS["moe"]
+    dense, _ = compose_job("model=decoder")
+    ffn = SPECS["decoder"].params_by_component(dense.model)["ffn"]
+    router = m.n_layers * m.d_model * m.n_experts
+    active = SPECS["decoder"].params(dense.model) + (m.top_k - 1) * ffn + router
+    assert spec.flops_per_token(m, cfg.data) == 6 * active + 12 * m.n_layers * 64 * m.d_model
+
+
+@pytest.mark.slow
+def test_training_logs_the_routers_figures(store: str) -> None:
+    run_id = train("model=moe", "trainer.max_steps=4")
+    run = next(r for r in all_runs(store) if r.info.run_id == run_id)
+    m = run.data.metrics
+    assert 1 <= m["router/load_max_over_mean"] <= 4  # 4 experts: the busiest takes at most all
+    assert 0 <= m["router/dropped_fraction"] < 1 and m["router/balance_loss"] > 0
+    assert len(loss_series(store, run_id, "router/balance_loss")) == 4
+
+
+EP_JOB = ["model=moe", "model.d_model=32", "model.n_layers=2", "model.dropout=0",
+          "model.balance_weight=0", "model.capacity_factor=2", "model.context_len=32",
+          "trainer.max_steps=6", "data.batch_size=8"]  # fmt: skip
+EP_LAYOUTS = {  # capacity 2 = n_experts / top_k: no token dropped, routing as one process's
+    "dp=2 x ep=2": (["parallel=ep"], {"dp", "ep"}),
+    # the experts' replicas (dp / ep = 2 of each) all-reduce their gradients: dp's bytes
+    "dp=4 x ep=2": (["parallel=ep", "parallel.dp=4"], {"dp", "ep"}),
+    "dp=2 x ep=2 x tp=2": (["parallel=moe_3d"], {"dp", "ep", "tp"}),
+}
+
+
+@pytest.mark.slow
+def test_every_expert_layout_equals_the_single_process_run_and_counts_its_bytes(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    """With the balancing loss's weight 0 (each rank's own loss of its tokens: with a weight
+    it would differ from one process's by that loss's nonlinearity)."""
+    single_id = train(*EP_JOB)
+    single = loss_series(store, single_id)
+    router = loss_series(store, single_id, "router/load_max_over_mean")
+    for name, (layout, dims) in EP_LAYOUTS.items():
+        done = cli(*EP_JOB, *QUICK, *layout, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        run = assert_equal_and_counted(store, single, name, dims, RELATIVE)
+        assert run.data.metrics["comm_busbw_gbs/ep"] > 0, name
+        # every rank's tokens counted: the router's figures are one process's
+        load = loss_series(store, run.info.run_id, "router/load_max_over_mean")
+        assert load == pytest.approx(router, rel=1e-6), name
+        if name == "dp=2 x ep=2":
+            for rank in (0, 1):
+                shown = shown_on_timeline(store, run.info.run_id, tmp_path, rank)
+                assert "ep all-to-all" in shown, rank
+
+
+MIXTRAL = [  # docs/planner.md's plan
+    "mode=plan", "model=mixtral_8x7b", "hardware=h100_cluster", "parallel.dp=64",
+    "parallel.tp=2", "parallel.ep=8", "parallel.shard=optimizer", "data.batch_size=256",
+    "trainer.precision=bf16-mixed", "trainer.recompute=full",
+]  # fmt: skip
+
+
+def test_a_mixtral_class_model_fits_with_its_experts_placed_and_not_without() -> None:
+    """Slots: ceil(1.25 x 4 x 4,096 x 2 / 8) = 5,120 an expert; 4 all-to-alls a block of 8 x
+    5,120 x 4,096 values, two at 4 bytes (the dispatch and its gradient), two at 2 (the combine)."""
+    out = planned(*MIXTRAL)
+    assert out["comm_bytes_per_step"]["ep"] == 8 * 5120 * 4096 * 32 * (2 * 4 + 2 * 2)
+    memory = out["mem_per_device_gib"]
+    assert (round(memory["total"], 1), round(memory["weights"], 1)) == (70.1, 20.3)
+    assert round(planned(*MIXTRAL[:-5], "parallel.ep=1", *MIXTRAL[-4:])["mem_per_device_gib"][
+        "total"]) == 350  # fmt: skip
