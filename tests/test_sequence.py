@@ -81,7 +81,7 @@ def test_the_planner_splits_what_lies_between_the_split_layers(recompute: str) -
 
 
 def test_gpt3_fits_an_h100_with_sequence_parallelism_and_not_without() -> None:
-    """docs/parallelism.md's plan: 82.7 GiB a device without it, 43.3 GiB with it."""
+    """docs/planner.md's plan: 82.7 GiB a device without it, 43.3 GiB with it."""
     totals = {}
     for sp in (False, True):
         cfg, _ = compose_job(
