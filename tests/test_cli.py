@@ -169,7 +169,7 @@ BAD = [
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
     (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards every weight"),
-    (["model=moe", "parallel=pipeline", "hardware.devices=2"], "parallel.pp: this model has no pi"),
+    (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
 ]
 
 

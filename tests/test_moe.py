@@ -94,6 +94,8 @@ EP_LAYOUTS = {  # capacity 2 = n_experts / top_k: no token dropped, routing as o
     # the experts' replicas (dp / ep = 2 of each) all-reduce their gradients: dp's bytes
     "dp=4 x ep=2": (["parallel=ep", "parallel.dp=4"], {"dp", "ep"}),
     "dp=2 x ep=2 x tp=2": (["parallel=moe_3d"], {"dp", "ep", "tp"}),
+    # the pipeline's stages are the decoder's; the experts' sum runs after its schedule
+    "pp=2 x dp=2 x ep=2": (["parallel=ep", "parallel.pp=2"], {"dp", "ep", "pp"}),
 }
 
 

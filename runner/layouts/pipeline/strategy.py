@@ -68,7 +68,7 @@ class PipelineStrategy(MeshStrategy):
         **kw: Any,
     ):
         split = plan_of(spec, vocab_parallel, sequence)
-        super().__init__(parallelize=split, sequence=sequence, **kw)
+        super().__init__(parallelize=split, sequence=sequence, expert_spec=spec, **kw)
         # The last stage's logits are split over the vocabulary: the schedule's loss and its
         # backward run under loss_parallel (runner/losses.py). Harmless for a model without one.
         self.sharded_loss = vocab_parallel and self.shape.tp > 1
@@ -211,6 +211,7 @@ class PipelineStrategy(MeshStrategy):
         start = clock.stamp()
         loss = self._run_schedule(args[0], train=True)
         self._mean_of_microbatches(optimizer)
+        self.experts.sync()  # a mixture of experts' placed experts: theirs, as DDP's for the rest
         syncs = self._sync_tied_embedding()
         window_end = clock.stamp()
         optimizer.step()

@@ -72,7 +72,10 @@ class MoEFeedForward(nn.Module):
         # Runs the experts on the dispatched slots where they are not all here: expert
         # parallelism puts its all-to-all here (runner/layouts/expert/exchange.py)
         self.exchange: Callable[[torch.Tensor], torch.Tensor] | None = None
-        self.routed: dict[str, torch.Tensor] = {}  # the last forward's router figures
+        self.index = 0  # the block's number in the model (its router figures are logged by it)
+        # What the router did since it was last read (runner/training/callbacks/router.py): over
+        # a step's micro-batches, summed
+        self.routed: dict[str, torch.Tensor] = {}
 
     def capacity(self, tokens: int) -> int:
         return math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts)
@@ -97,12 +100,17 @@ class MoEFeedForward(nn.Module):
         y = tokens.new_zeros(len(tokens), d, dtype=out.dtype).index_add(0, source, weighted)
         counts = per_expert.sum(0)
         balance = n * (counts.float() / len(chosen) * probs.mean(0)).sum()
-        self.routed = {"counts": counts.detach(), "dropped": (~kept).sum().detach(),
-                       "balance": balance.detach()}  # fmt: skip
+        self.record(counts, (~kept).sum(), balance)
         y = y.view(shape)
         if self.training and self.balance_weight > 0 and torch.is_grad_enabled():
             y = BalanceLoss.apply(y, balance * self.balance_weight)
         return self.dropout(y)
+
+    def record(self, counts: torch.Tensor, dropped: torch.Tensor, balance: torch.Tensor) -> None:
+        figures = {"counts": counts.float(), "dropped": dropped.float(), "balance": balance,
+                   "forwards": torch.ones((), device=counts.device)}  # fmt: skip
+        for key, value in figures.items():
+            self.routed[key] = self.routed.get(key, 0) + value.detach()
 
 
 class MoEDecoder(Decoder):
@@ -112,7 +120,8 @@ class MoEDecoder(Decoder):
         balance_weight: float = 0.01,
     ) -> None:  # fmt: skip
         super().__init__(vocab_size, context_len, d_model, n_heads, n_layers, dropout)
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             block.ffn = MoEFeedForward(
                 d_model, n_experts, top_k, capacity_factor, balance_weight, dropout
             )
+            block.ffn.index = i

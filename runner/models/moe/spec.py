@@ -2,8 +2,9 @@
 decoder/spec.py) with each block's FFN replaced by a router and n_experts FFNs. A token runs
 through top_k of them, so its FLOPs are the dense decoder's with k FFNs; every expert's weights,
 gradients and optimizer state are held. Activations are counted as the dense decoder's: the
-experts' slots (capacity_factor x top_k of a token each) are not, yet. Not split over tensor-
-parallel ranks or pipeline stages here: refused in one line."""
+experts' slots (capacity_factor x top_k of a token each) are not, yet. Pipeline stages are the
+decoder's (by blocks); tensor parallelism splits the attention as the decoder's and leaves the
+experts whole."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from runner.errors import positive, require
 from runner.models.decoder.spec import DecoderSpec, vocab_rows
 from runner.models.decoder.spec import block_tensors as decoder_block
 from runner.models.moe.config import MoEConfig
-from runner.models.spec import Cfg, Gemm, ModelSpec
+from runner.models.spec import Cfg, Gemm
 
 
 def moe_ffn_tensors(m: Cfg, ep: int = 1) -> list[int]:
@@ -145,10 +146,6 @@ class MoESpec(DecoderSpec):
 
     def split_layer_passes(self, m: Cfg, stages: list[range]) -> int:
         return 4 * m["n_layers"]  # Q, K, V, output
-
-    # No pipeline split yet (the rules refuse a pipeline and micro-batches for a model without)
-    stage_module = ModelSpec.stage_module
-    stage_example = ModelSpec.stage_example
 
     def recompute_units(self, model: Any) -> list[Any]:
         return list(model.blocks)

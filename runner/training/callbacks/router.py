@@ -1,6 +1,8 @@
 """A mixture of experts' router, logged each step (runner/models/moe/model.py): how unevenly it
 loads the experts, how many tokens full experts dropped, the load-balancing loss. Over every
-rank's tokens: one all-reduce of a few numbers a step (data-parallel ranks route their own)."""
+rank's tokens and the step's micro-batches: one all-reduce of a few numbers per block a step.
+Each block's figures come from the ranks that hold it (a pipeline's stage) once per distinct set
+of tokens: tensor-parallel ranks route the same tokens, so only their first counts."""
 
 from __future__ import annotations
 
@@ -19,25 +21,34 @@ def routers(module: torch.nn.Module) -> list[Any]:
 
 
 class RouterFigures(pl.Callback):
+    def __init__(self, blocks: int, experts: int) -> None:
+        # the model's, on every rank alike (a pipeline's stages hold some of the blocks)
+        self.blocks, self.experts = blocks, experts
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
+    ) -> None:
+        for block in routers(pl_module):  # a validation's forwards are not the step's
+            block.routed = {}
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
     ) -> None:
-        blocks = [b for b in routers(pl_module) if b.routed]
-        if not blocks:
-            return
-        counts = torch.stack([b.routed["counts"].float() for b in blocks])  # (blocks, experts)
-        dropped = torch.stack([b.routed["dropped"].float() for b in blocks]).sum()
-        balance = torch.stack([b.routed["balance"].float() for b in blocks]).mean()
-        together = torch.cat([counts.flatten(), dropped[None], balance[None]])
+        held, experts = [b for b in routers(pl_module) if b.routed], self.experts
+        # per block: the experts' counts, dropped, the balance loss's sum, forwards
+        table = torch.zeros(self.blocks, experts + 3, device=pl_module.device)
+        if getattr(trainer.strategy, "coords", {}).get("tp", 0) == 0:
+            for b in held:
+                r = b.routed
+                table[b.index] = torch.cat([r["counts"], torch.stack(
+                    [r["dropped"], r["balance"], r["forwards"]])])  # fmt: skip
         if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(together)  # a sum: the balance loss is averaged below
-            together[-1] /= dist.get_world_size()
-        counts = together[: counts.numel()].view_as(counts)
-        load = (counts.max(dim=1).values / counts.mean(dim=1)).max()
+            dist.all_reduce(table)
+        counts, dropped, balance, forwards = table[:, :experts], *table[:, experts:].t()
         figures = {
-            ROUTER_LOAD.name: load,
-            ROUTER_DROPPED.name: together[-2] / counts.sum(),
-            ROUTER_BALANCE.name: together[-1],
+            ROUTER_LOAD.name: (counts.max(dim=1).values / counts.mean(dim=1)).max(),
+            ROUTER_DROPPED.name: dropped.sum() / counts.sum(),
+            ROUTER_BALANCE.name: (balance / forwards).mean(),
         }
         for name, value in figures.items():
             pl_module.log(name, value.item(), on_step=True, on_epoch=False)
