@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from mlflow import MlflowClient
 from mlflow.entities import Run
 
+from runner.mesh import TRAFFIC_DIMS
 from runner.metrics import (
     COMM_BYTES_PER_STEP,
     COST,
@@ -51,7 +52,7 @@ def final_loss(client: MlflowClient, run: Run) -> float | None:
 def bytes_per_step(_: MlflowClient, run: Run) -> float | None:
     """Every mesh dimension's bytes per step and rank (not the per-collective split below it):
     what a training run measured, or a plan predicts, under the same names."""
-    keys = [COMM_BYTES_PER_STEP.at(dim=dim) for dim in ("dp", "tp", "pp")]
+    keys = [COMM_BYTES_PER_STEP.at(dim=dim) for dim in TRAFFIC_DIMS]
     dims = [run.data.metrics[k] for k in keys if k in run.data.metrics]
     return sum(dims) if dims else None
 

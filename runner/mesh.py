@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from runner.errors import ConfigError, require
 
 DIMS = ("pp", "dp", "cp", "tp")  # outermost first: the order of the mesh's dimensions
-NAMES = {"dp": "data", "pp": "pipeline", "cp": "context", "tp": "tensor"}
+NAMES = {"dp": "data", "pp": "pipeline", "cp": "context", "tp": "tensor", "ep": "expert"}
 # What traffic is counted by: the mesh's dimensions, and sequence parallelism's collectives,
 # which run over the tp ranks (a dimension of its own in the figures, not of the mesh)
 TRAFFIC_DIMS = ("dp", "tp", "sp", "cp", "ep", "pp")
@@ -70,7 +70,7 @@ class Mesh:
     @property
     def layout(self) -> str:
         """What the job runs as: none, data, pipeline, tensor, or a combination like data+tensor."""
-        used = [NAMES[d] for d in ("dp", "pp", "cp", "tp") if getattr(self, d) > 1]
+        used = [NAMES[d] for d in ("dp", "pp", "cp", "ep", "tp") if getattr(self, d) > 1]
         return "+".join(used) or "none"
 
 

@@ -170,6 +170,9 @@ BAD = [
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
     (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards every weight"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
+    (["model=moe", "parallel=ep", "checkpoint.every_n_steps=2"], "checkpoint.every_n_steps: snap"),
+    (["model=moe", "parallel=ep", "trainer.recompute=selective"], "trainer.recompute: selective w"),
+    (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
 ]
 
 

@@ -91,6 +91,8 @@ EP_JOB = ["model=moe", "model.d_model=32", "model.n_layers=2", "model.dropout=0"
           "trainer.max_steps=6", "data.batch_size=8"]  # fmt: skip
 EP_LAYOUTS = {  # capacity 2 = n_experts / top_k: no token dropped, routing as one process's
     "dp=2 x ep=2": (["parallel=ep"], {"dp", "ep"}),
+    # the forward's dispatch and combine run again in backward
+    "dp=2 x ep=2, full recomputation": (["parallel=ep", "trainer.recompute=full"], {"dp", "ep"}),
     # the experts' replicas (dp / ep = 2 of each) all-reduce their gradients: dp's bytes
     "dp=4 x ep=2": (["parallel=ep", "parallel.dp=4"], {"dp", "ep"}),
     "dp=2 x ep=2 x tp=2": (["parallel=moe_3d"], {"dp", "ep", "tp"}),
@@ -130,10 +132,11 @@ MIXTRAL = [  # docs/planner.md's plan
 
 
 def test_a_mixtral_class_model_fits_with_its_experts_placed_and_not_without() -> None:
-    """Slots: ceil(1.25 x 4 x 4,096 x 2 / 8) = 5,120 an expert; 4 all-to-alls a block of 8 x
-    5,120 x 4,096 values, two at 4 bytes (the dispatch and its gradient), two at 2 (the combine)."""
+    """Slots: ceil(1.25 x 4 x 4,096 x 2 / 8) = 5,120 an expert; 6 all-to-alls a block of 8 x
+    5,120 x 4,096 values, the dispatches at 4 bytes, the combines at 2."""
     out = planned(*MIXTRAL)
-    assert out["comm_bytes_per_step"]["ep"] == 8 * 5120 * 4096 * 32 * (2 * 4 + 2 * 2)
+    # forward, recomputed, backward: each a dispatch at 4 bytes and a combine at 2
+    assert out["comm_bytes_per_step"]["ep"] == 8 * 5120 * 4096 * 32 * 3 * (4 + 2)
     memory = out["mem_per_device_gib"]
     assert (round(memory["total"], 1), round(memory["weights"], 1)) == (70.1, 20.3)
     assert round(planned(*MIXTRAL[:-5], "parallel.ep=1", *MIXTRAL[-4:])["mem_per_device_gib"][

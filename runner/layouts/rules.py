@@ -31,6 +31,14 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
         check_context(cfg, mesh)
     if cfg.parallel.ep != 1:
         check_experts(cfg, mesh)
+    spec = spec_for(cfg.model)
+    if spec is not None and spec.experts and cfg.mode == "train":
+        require(
+            cfg.trainer.precision != "16-mixed",
+            "trainer.precision",
+            "16-mixed scales the loss, and the balancing loss's gradient joins backward unscaled: "
+            "use bf16-mixed or 32-true with a mixture of experts",
+        )
 
 
 def batch_for_plan(cfg: DictConfig, mesh: Mesh) -> None:
@@ -243,4 +251,15 @@ def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
             "parallel.shard",
             "shards every weight over the dp ranks, and parallel.ep places the experts over them: "
             "use none",
+        )
+        require(
+            cfg.trainer.recompute != "selective",
+            "trainer.recompute",
+            "selective would run the all-to-alls again, uncounted: none or full with parallel.ep",
+        )
+        require(
+            not cfg.checkpoint.every_n_steps and cfg.resume is None,
+            "checkpoint.every_n_steps",
+            "snapshots do not yet keep each rank's own experts (parallel.ep > 1): set 0, and no "
+            "resume",
         )

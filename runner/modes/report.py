@@ -19,6 +19,7 @@ from scipy.stats import spearmanr
 
 from runner.errors import ConfigError
 from runner.job import Job
+from runner.mesh import TRAFFIC_DIMS
 from runner.metrics import (
     BUBBLE_MEASURED,
     COMM_BYTES_PER_STEP,
@@ -42,7 +43,7 @@ FIGURES = {
         MFU.name,
         IDLE_FRACTION.name,
         BUBBLE_MEASURED.name,
-        *(COMM_BYTES_PER_STEP.at(dim=dim) for dim in ("dp", "tp", "pp")),
+        *(COMM_BYTES_PER_STEP.at(dim=dim) for dim in TRAFFIC_DIMS),
     )
 }
 # The figures ranked, tabled and drawn: measured metric -> (table heading, axis label). Step time

@@ -41,9 +41,12 @@ def traffic(job: Job) -> Traffic:
     cap = job.parallel.bucket_cap_mb
     per_bucket = [buckets([n * elem for n in t], cap) for t in per_stage]
     calls = fmean(len(b) for b in per_bucket)
-    tail = {"dp": fmean(b[-1] for b in per_bucket)}
+    tail = fmean(b[-1] for b in per_bucket)
+    if placed and mesh.size("dp") // mesh.ep > 1:
+        # The experts' replicas sum theirs in one all-reduce after backward: exposed, as the
+        # last bucket is (runner/layouts/expert/split.py)
+        experts = sum(sum(job.stage_tensors(i)) - sum(t) for i, t in enumerate(per_stage))
+        payload, calls = payload + experts * elem / mesh.pp, calls + 1
+        tail += experts * elem / mesh.pp
     named = {"dp/all_reduce": payload} if job.shard != "none" else {}
-    if placed and mesh.size("dp") // mesh.ep > 1:  # the experts' replicas: one all-reduce
-        experts = [sum(job.stage_tensors(i)) - sum(t) for i, t in enumerate(per_stage)]
-        payload, calls = payload + sum(experts) * elem / mesh.pp, calls + 1
-    return Traffic({"dp": payload}, {"dp": calls}, tail, named)
+    return Traffic({"dp": payload}, {"dp": calls}, {"dp": tail}, named)

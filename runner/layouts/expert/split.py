@@ -30,12 +30,16 @@ class ExpertSplit:
         self.params: list[nn.Parameter] = []  # this rank's experts' weights
         self.replicas: dist.ProcessGroup | None = None  # the ranks holding the same experts
         self.record: Recorder | None = None
+        self.group: dist.ProcessGroup | None = None  # this rank's ep group, and its index in it
+        self.index = 0
 
     def apply(self, module: nn.Module, global_rank: int) -> nn.Module:
         """`module`'s experts cut to this rank's; itself with one ep rank."""
         if self.ep == 1:
             return module
-        group, index = self._groups(global_rank)
+        if self.group is None:  # once, whatever the stages a rank holds
+            self.group, self.index = self._groups(global_rank)
+        group, index = self.group, self.index
         for block in self.spec.expert_layers(module):
             experts, mine = block.experts, block.n_experts // self.ep
             for name, p in list(experts.named_parameters(recurse=False)):
