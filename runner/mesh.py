@@ -27,6 +27,7 @@ RANKS_OF = {"sp": "tp"}  # a traffic dimension's ranks, where they are another's
 # Shown in a plan only where they move bytes: the others are, with their zeros, in every plan
 WHERE_USED = ("sp", "cp", "ep")
 P2P_DIMS = ("cp", "pp")  # sends to a neighbour, not collectives: a byte crosses one link once
+LINK_DIMS = (*DIMS, "ep")  # each may cross its own tier of links (hardware.tiers)
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,7 @@ BAD = [
         ["parallel=tp_sp", "parallel.cp=2"],
         "parallel.sequence_parallel: splits the sequence over the",
     ),
-    (["parallel=dp_cp", "parallel.shard=full"], "parallel.shard: shards over the dp ranks alone h"),
+    (["parallel=dp_cp", "parallel.shard=full"], "parallel.shard: shards over the dp ranks alone w"),
     (
         ["parallel=cp", "hardware.devices=2", "trainer.recompute=selective"],
         "trainer.recompute: sel",
@@ -168,10 +168,10 @@ BAD = [
     (["parallel=ep"], "parallel.ep: this model has no experts"),
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
-    (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards every weight"),
+    (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards over the dp r"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
     (["model=moe", "parallel=ep", "checkpoint.every_n_steps=2"], "checkpoint.every_n_steps: snap"),
-    (["model=moe", "parallel=ep", "trainer.recompute=selective"], "trainer.recompute: selective w"),
+    (["model=moe", "parallel=ep", "trainer.recompute=selective"], "train with parallel.ep yet"),
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
 ]
 

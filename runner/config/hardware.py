@@ -10,7 +10,7 @@ from omegaconf import MISSING, OmegaConf
 
 from runner.choices import ACCELERATORS, TIERS
 from runner.errors import one_of, positive, require
-from runner.mesh import DIMS
+from runner.mesh import LINK_DIMS
 
 PROFILE = ("peak_tflops", "compute_efficiency", "power_w", "intra_node", "inter_node")
 LINK = ("name", "bandwidth_gbs", "latency_us", "efficiency")
@@ -59,7 +59,7 @@ class HardwareConfig:
     inter_node: LinkConfig = MISSING  # InfiniBand, RoCE, Ethernet
     # Which tier each mesh dimension's traffic crosses: intra_node | inter_node | auto (by where
     # its ranks sit: tp innermost, then cp, dp, pp, devices-per-node ranks to a node).
-    tiers: dict[str, str] = field(default_factory=lambda: dict.fromkeys((*DIMS, "ep"), "auto"))
+    tiers: dict[str, str] = field(default_factory=lambda: dict.fromkeys(LINK_DIMS, "auto"))
 
 
 def check_hardware(hw: Any, train: bool) -> None:
@@ -108,7 +108,7 @@ def check_profile(hw: Any) -> None:
         require(link.latency_us >= 0, f"hardware.{tier}.latency_us", "must be 0 or more")
         fraction(link.efficiency, f"hardware.{tier}.efficiency")
     for dim, tier in hw.tiers.items():
-        one_of(dim, "hardware.tiers", (*DIMS, "ep"))
+        one_of(dim, "hardware.tiers", LINK_DIMS)
         one_of(tier, f"hardware.tiers.{dim}", TIERS)
 
 

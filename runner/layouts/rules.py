@@ -187,12 +187,27 @@ def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
             key,
             f"trains without a pipeline (pp=1), got pp={mesh.pp}; plans take both",
         )
-        require(
-            cfg.trainer.recompute != "selective",
-            "trainer.recompute",
-            "selective does not train with parallel.sequence_parallel yet (none and full do; "
-            "plans take it)",
-        )
+        selective_refused(cfg, "parallel.sequence_parallel")
+
+
+def selective_refused(cfg: DictConfig, option: str) -> None:
+    """Selective recomputation replays saved collectives' outputs; what `option` exchanges it
+    would replay wrongly or run again uncounted. Training refuses it; plans price it."""
+    require(
+        cfg.trainer.recompute != "selective",
+        "trainer.recompute",
+        f"selective does not train with {option} yet (none and full do; plans take it)",
+    )
+
+
+def sharding_refused(cfg: DictConfig, mesh: Mesh, option: str, why: str) -> None:
+    """Sharded replicas shard over the dp ranks alone when training; plans shard as `option`
+    would need (runner/job.py: Job.shard)."""
+    require(
+        cfg.parallel.shard == "none" or mesh.dp == 1,
+        "parallel.shard",
+        f"shards over the dp ranks alone when training, and {option} is on ({why}): use none",
+    )
 
 
 def check_context(cfg: DictConfig, mesh: Mesh) -> None:
@@ -214,17 +229,8 @@ def check_context(cfg: DictConfig, mesh: Mesh) -> None:
         "splits the sequence over the tp ranks, and parallel.cp already splits it: use one",
     )
     if cfg.mode == "train":  # a plan shards over dp x cp (runner/job.py: Job.shard)
-        require(
-            cfg.parallel.shard == "none" or mesh.dp == 1,
-            "parallel.shard",
-            f"shards over the dp ranks alone here, and parallel.cp={mesh.cp} ranks sum "
-            "gradients with them: use none",
-        )
-        require(
-            cfg.trainer.recompute != "selective",
-            "trainer.recompute",
-            "selective does not train with parallel.cp yet (none and full do; plans take it)",
-        )
+        sharding_refused(cfg, mesh, "parallel.cp", "its ranks sum gradients with the dp ranks")
+        selective_refused(cfg, "parallel.cp")
         require(
             not cfg.trainer.compile,
             "trainer.compile",
@@ -246,17 +252,8 @@ def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
         f"its ranks are data-parallel ones: {ep} does not divide parallel.dp={mesh.dp}",
     )
     if cfg.mode == "train":
-        require(
-            cfg.parallel.shard == "none",
-            "parallel.shard",
-            "shards every weight over the dp ranks, and parallel.ep places the experts over them: "
-            "use none",
-        )
-        require(
-            cfg.trainer.recompute != "selective",
-            "trainer.recompute",
-            "selective would run the all-to-alls again, uncounted: none or full with parallel.ep",
-        )
+        sharding_refused(cfg, mesh, "parallel.ep", "it places the experts over the dp ranks")
+        selective_refused(cfg, "parallel.ep")
         require(
             not cfg.checkpoint.every_n_steps and cfg.resume is None,
             "checkpoint.every_n_steps",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.job import Job
-from runner.layouts.context.traffic import ring_calls, ring_phases
+from runner.layouts.context.traffic import ring_phases
 from runner.layouts.sharded.traffic import Collective, collectives
 from runner.layouts.traffic import Traffic
 from runner.mesh import P2P_DIMS
@@ -218,13 +218,9 @@ def ring_s(job: Job, link: Any) -> float:
     """A ring attention's exposed time: each pass's sends where they outlast the attention
     products beside them (forward's, recomputation's again, and backward's, twice their size),
     and every block's last exchange of gradients, which nothing computes beside."""
-    forward, backward, last = ring_phases(job)
-    calls = ring_calls(job)
-    full = job.trainer.recompute == "full"
-    attention = attention_s(job)
-    ahead = transfer_s(link, calls[0], forward) - attention * (1 + full)
-    behind = transfer_s(link, calls[1], backward) - 2 * attention
-    return max(0.0, ahead) + max(transfer_s(link, calls[2], last), behind)
+    forward, backward, last = (transfer_s(link, calls, sent) for sent, calls in ring_phases(job))
+    full, attention = job.trainer.recompute == "full", attention_s(job)
+    return max(0.0, forward - attention * (1 + full)) + max(last, backward - 2 * attention)
 
 
 def ddp_s(job: Job, total: float, tail: float, compute: float) -> tuple[float, float]:

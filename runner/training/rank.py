@@ -161,7 +161,8 @@ def build_trainer(
 ) -> pl.Trainer:
     t, (folder, start) = cfg.trainer, resume or (None, 0)
     uri = store_uri(cfg.logger.tracking_uri)
-    experts = getattr(spec_for(cfg.model), "experts", False)  # a mixture of experts' router
+    spec = spec_for(cfg.model)
+    experts = spec is not None and spec.experts  # a mixture of experts' router
     logger = (  # only rank 0 logs: the others need no MLflow client (seconds of imports)
         StepLogger(tracking_uri=uri, run_id=run_id, step_offset=start)
         if run_id and global_rank() == 0
@@ -188,7 +189,7 @@ def build_trainer(
             Progress(progress, start),
             timing,
             *([ProgressBar()] if t.progress_bar else []),
-            *([RouterFigures(cfg.model.n_layers, cfg.model.n_experts)] if experts else []),
+            *([RouterFigures(spec, cfg.model.n_layers, cfg.model.n_experts)] if experts else []),
             *(
                 [SystemMetrics(run_id, uri, cfg.logger.system_metrics_interval_s)]
                 if cfg.logger.system_metrics

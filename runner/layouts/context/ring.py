@@ -92,7 +92,7 @@ class RingAttention:
     def __init__(self, ring: Ring, seq_len: int) -> None:
         self.ring = ring
         positions = torch.tensor(layout(seq_len, ring.size))
-        mine = positions[ring.index]
+        self.mine = mine = positions[ring.index]  # this rank's positions
         # visible[j]: which keys of the block held at step j (rank index - j's) each query sees
         self.visible = [
             positions[(ring.index - j) % ring.size][None, :] <= mine[:, None]

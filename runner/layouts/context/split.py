@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from runner.errors import require
 from runner.layouts.context import probe
-from runner.layouts.context.ring import Ring, RingAttention, layout
+from runner.layouts.context.ring import Ring, RingAttention
 from runner.layouts.probes import Recorder
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
@@ -31,10 +31,9 @@ class ContextSplit:
         with one cp rank."""
         if self.cp == 1:
             return module
-        ring = Ring(mesh["cp"].get_group())
-        mine = layout(self.seq_len, self.cp)[ring.index]
-        self.positions = torch.tensor(mine)
-        return self.spec.split_context(module, RingAttention(ring, self.seq_len), mine)
+        attention = RingAttention(Ring(mesh["cp"].get_group()), self.seq_len)
+        self.positions = attention.mine
+        return self.spec.split_context(module, attention, attention.mine.tolist())
 
     def batch(self, batch: Any) -> Any:
         """This rank's positions of a batch of (tokens, targets), (samples, seq_len) each."""

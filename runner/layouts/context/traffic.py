@@ -10,32 +10,29 @@ from runner.job import Job
 from runner.layouts.traffic import Traffic
 from runner.precision import precision_of
 
-
-def ring_phases(job: Job) -> tuple[float, float, float]:
-    """A rank's bytes a step (means over pipeline ranks): sent beside forward's attention (and
-    recomputation's), beside backward's, and of it the last exchange of gradients of every block
-    and micro-batch, which the ring sends when the block's compute is done."""
-    mesh = job.mesh
-    samples = job.batch_size // mesh.dp  # a replica's, over its micro-batches
-    kv, _ = job.spec.cp_traffic(job.model, job.data, samples, job.microbatches, mesh.cp, mesh.tp)
-    keys = kv * (mesh.cp - 1) * precision_of(job.trainer).activation_bytes / mesh.pp
-    full = job.trainer.recompute == "full"
-    grads = kv * 4 / mesh.pp  # one exchange's
-    return keys * (1 + full), keys + grads * mesh.cp, grads
+Phase = tuple[float, float]  # bytes a rank sends and its exchanges, a step (means over pp ranks)
 
 
-def ring_calls(job: Job) -> tuple[float, float, float]:
-    """The exchanges of each of ring_phases' parts (means over pipeline ranks)."""
+def ring_phases(job: Job) -> tuple[Phase, Phase, Phase]:
+    """The sends beside forward's attention (and recomputation's), beside backward's, and of
+    those every block's and micro-batch's last exchange of gradients, which the ring sends when
+    the block's compute is done."""
     mesh, full = job.mesh, job.trainer.recompute == "full"
-    samples = job.batch_size // mesh.dp
-    _, calls = job.spec.cp_traffic(job.model, job.data, samples, job.microbatches, mesh.cp, mesh.tp)
-    per_rank = calls / mesh.pp
-    return per_rank * (mesh.cp - 1) * (1 + full), per_rank * (2 * mesh.cp - 1), per_rank
+    samples = job.batch_size // mesh.dp  # a replica's, over its micro-batches
+    kv, calls = job.spec.cp_traffic(
+        job.model, job.data, samples, job.microbatches, mesh.cp, mesh.tp
+    )
+    keys = kv * (mesh.cp - 1) * precision_of(job.trainer).activation_bytes / mesh.pp
+    grads, calls = kv * 4 / mesh.pp, calls / mesh.pp  # one exchange's
+    return (
+        (keys * (1 + full), calls * (mesh.cp - 1) * (1 + full)),
+        (keys + grads * mesh.cp, calls * (2 * mesh.cp - 1)),
+        (grads, calls),
+    )
 
 
 def traffic(job: Job) -> Traffic:
     if job.mesh.cp < 2:
         return Traffic()
-    forward, backward, _ = ring_phases(job)
-    calls = ring_calls(job)
-    return Traffic({"cp": forward + backward}, {"cp": calls[0] + calls[1]})
+    (forward, ahead), (backward, behind), _ = ring_phases(job)
+    return Traffic({"cp": forward + backward}, {"cp": ahead + behind})

@@ -110,7 +110,7 @@ class Step:
                 if t.dim == "dp" and t.nbytes:
                     key = SENT_BY_COLLECTIVE.format(collective(t.kind))
                     out[key] = out.get(key, 0.0) + t.nbytes
-        for dim in ("dp", "tp", "sp", "cp", "ep"):  # a pipeline's sends: p2p_bandwidth
+        for dim in TRAFFIC_DIMS[:-1]:  # not pp's: a pipeline's sends are p2p_bandwidth's
             mine = [t for t in self.transfers if t.dim == dim]
             if mine:
                 out[BUS_BYTES.format(dim)] = sum(bus_bytes(t.kind, t.nbytes) for t in mine)

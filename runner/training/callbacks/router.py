@@ -15,26 +15,22 @@ import torch.distributed as dist
 from runner.metrics import ROUTER_BALANCE, ROUTER_DROPPED, ROUTER_LOAD
 
 
-def routers(module: torch.nn.Module) -> list[Any]:
-    """The model's mixture-of-experts blocks: those that record what they routed."""
-    return [m for m in module.modules() if hasattr(m, "routed") and hasattr(m, "top_k")]
-
-
 class RouterFigures(pl.Callback):
-    def __init__(self, blocks: int, experts: int) -> None:
+    def __init__(self, spec: Any, blocks: int, experts: int) -> None:
+        self.routers = spec.expert_layers  # a module's mixture-of-experts blocks
         # the model's, on every rank alike (a pipeline's stages hold some of the blocks)
         self.blocks, self.experts = blocks, experts
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
     ) -> None:
-        for block in routers(pl_module):  # a validation's forwards are not the step's
+        for block in self.routers(pl_module):  # a validation's forwards are not the step's
             block.routed = {}
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
     ) -> None:
-        held, experts = [b for b in routers(pl_module) if b.routed], self.experts
+        held, experts = [b for b in self.routers(pl_module) if b.routed], self.experts
         # per block: the experts' counts, dropped, the balance loss's sum, forwards
         table = torch.zeros(self.blocks, experts + 3, device=pl_module.device)
         if getattr(trainer.strategy, "coords", {}).get("tp", 0) == 0:
