@@ -74,7 +74,7 @@ class Job:
     def shard(self) -> str:
         """What the data-parallel replicas split among themselves (parallel.shard): nothing
         without several replicas. With context parallelism their cp ranks, which sum gradients
-        with them, shard too (torchtitan's dp_shard_cp; planned only: training refuses it)."""
+        with them, shard too (torchtitan's dp_shard_cp)."""
         return self.parallel.shard if self.mesh.size("dp") > 1 else "none"
 
 

@@ -18,6 +18,7 @@ from runner.preemption import Preempted, requeue
 from runner.summary import print_run_summary
 from runner.tracking import (
     OWNER_TAG,
+    RESUMED_FROM,
     Run,
     description,
     earlier_failure,
@@ -37,8 +38,10 @@ def recorded_run(
     overrides: list[str],
     world_size: int = 1,
     resumed: str | None = None,
+    origin: str | None = None,
 ) -> Iterator[Run]:
-    """Open the job's run (or reopen `resumed`, a run that a snapshot continues) and end it
+    """Open the job's run (or reopen `resumed`, a run that a snapshot continues; a new run that
+    starts from another layout's snapshot is tagged with its `origin`) and end it
     FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
     itself fails: never left RUNNING."""
     client, exp = open_experiment(cfg.logger.tracking_uri, cfg.logger.experiment_name)
@@ -51,6 +54,7 @@ def recorded_run(
         name = cfg.logger.run_name or run_name(choices, mesh_of(cfg).layout, overrides)
         note = {MLFLOW_RUN_NOTE: description(cfg, choices, world_size)}
         tags = run_tags(cfg, choices, world_size) | source_tags() | note | {OWNER_TAG: owner()}
+        tags |= {RESUMED_FROM: origin} if origin else {}
         run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
         if not resumed:

@@ -200,7 +200,11 @@ PEAK_MEMORY = entry("peak_memory_gib", GIB, "the most memory a rank used for tra
 PEAK_ALLOCATED = entry(
     "peak_allocated_gib", GIB, "the most a rank's tensors held at once (malloc's, CUDA's)", TIMING
 )
-PEAKS = per_rank(PEAK_MEMORY, PEAK_ALLOCATED)
+HELD_FOR_BACKWARD = entry(
+    "activations_gib", GIB,
+    "what forward left for backward: tensors held at its end less at the step's start", TIMING,
+)  # fmt: skip
+PEAKS = per_rank(PEAK_MEMORY, PEAK_ALLOCATED, HELD_FOR_BACKWARD)
 
 # --- training: communication (2 or more processes) ---
 
@@ -264,6 +268,7 @@ def with_prediction(figure: Metric, meaning: str) -> Metric:
 with_prediction(STEP_TIME, "the planner's step time")
 with_prediction(MFU, "the planner's MFU")
 with_prediction(PEAK_MEMORY, "the planner's memory per device")
+with_prediction(HELD_FOR_BACKWARD, "the planner's activations per device")
 with_prediction(IDLE_FRACTION, "the planner's idle fraction")
 with_prediction(COMM_BYTES_PER_STEP, "the planner's payload")
 with_prediction(COMM_BYTES_BY_COLLECTIVE, "the planner's payload of one collective")

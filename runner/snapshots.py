@@ -1,13 +1,19 @@
-"""Snapshots of the whole training state, and resuming from them.
+"""Snapshots of the whole training state, and resuming from them, on the same layout or another.
 
 Every `checkpoint.every_n_steps` steps each rank writes its share with torch.distributed.checkpoint
-(tensor-parallel shards and pipeline stages stay where they are: one file per rank): the model, the
-optimizer state (keyed by parameter name, so any layout maps), and its RNG. Writes go to
-`step_N.partial/`; once every rank is done, rank 0 adds `runner.json` (step, model, mesh) and
-renames the folder to `step_N/`: a crash while writing never leaves a folder that looks complete.
-Pipeline ranks hold different stages under the same module names, so their state is keyed by stage.
-Before loading, the snapshot's metadata (a pickle, as DCP writes it) is read with an unpickler that
-admits only torch's and the checkpoint format's own classes: nothing in a file runs code.
+(tensor-parallel shards, a rank's experts and pipeline stages stay where they are: one file per
+rank): the model and the optimizer state, each tensor under its parameter's name in the whole
+model (as one process holds it), shards as the DTensors they are parts of; and each rank's RNG.
+DCP reads such a snapshot back into any layout of the same model: other shards, other stages,
+another placement of the experts, one process. Writes go to `step_N.partial/`; once every rank
+is done, rank 0 adds `runner.json` (step, model, layout) and renames the folder to `step_N/`: a
+crash while writing never leaves a folder that looks complete.
+
+Resumed on its own layout, a snapshot continues its MLflow run, RNG states and all (a requeued
+job). On another, it starts a new run tagged `resumed_from`, whose params are its own layout's;
+the RNG starts from the seed (which dropout draws a rank makes depends on its layout anyway).
+Before loading, the snapshot's metadata (a pickle, as DCP writes it) is read with an unpickler
+that admits only torch's and the checkpoint format's own classes: nothing in a file runs code.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -28,17 +34,26 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
-from runner.compat.ddp_dtensor import shard_spec
 from runner.errors import ConfigError, require
 from runner.layouts.layout import layout_of
 from runner.mesh import mesh_of
 from runner.preemption import Preempted
 
 MARK = "runner.json"
+# The format whose tensors are keyed by the whole model's names; snapshots written before it kept
+# pipeline stages and ZeRO-1's shares under keys of their own, read by their own layout alone.
+BY_NAME = 2
+# The optimizer's state one entry per parameter (`state.<name>.exp_avg`, `param_groups.<name>.lr`):
+# a layout holding other parameters, or other parts of them, finds each of its own.
+OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def shown_as(key: str, value: Any) -> str:
@@ -51,10 +66,11 @@ def shown_as(key: str, value: Any) -> str:
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
-    """What a snapshot must match to be resumed: the model, the mesh, and how replicas shard
-    their state (parallel.shard: absent for none, as in snapshots from before it existed)."""
+    """What a snapshot must match to be resumed, the model, and its layout: the mesh and how
+    replicas shard their state (parallel.shard: absent for none, as in snapshots from before it
+    existed). A snapshot of another layout starts a new run."""
     mesh = mesh_of(cfg)
-    shard = cfg.parallel.get("shard", "none") if mesh.dp > 1 else "none"
+    shard = cfg.parallel.get("shard", "none") if mesh.size("dp") > 1 else "none"
     return {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         # as snapshots from before context parallelism keep it, where it has none
@@ -79,8 +95,7 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     # of the parameters, which it broadcasts after each step): those get their shards back too.
     groups = [(group, group["params"]) for group in optimizer.param_groups]
     for held in layout_of(trainer.strategy).local_shards():
-        owner, attr, local = held.owner, held.attr, held.param
-        spec = shard_spec(local)
+        owner, attr, local, spec = held.owner, held.attr, held.param, held.spec
         shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
         swaps.append((owner, attr, getattr(owner, attr), local, shard))
         swap(owner, attr, optimizer, local, shard, lambda v, spec=spec: as_dtensor(v, spec))
@@ -125,12 +140,11 @@ def swap(
 
 
 def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
-    """The module whose state is kept, and the state: the model's and this rank's optimizer's
-    under the keys of its layout (runner/layouts/layout.py)."""
-    layout = layout_of(trainer.strategy)
-    view = layout.state_module(trainer.lightning_module.model)
-    model, optim = get_state_dict(view, stepped(trainer.optimizers[0]))
-    return view, {"model": model, layout.optimizer_key(): optim}
+    """The module whose state is kept, and the state: the model's and this rank's optimizer's,
+    under the whole model's names (runner/layouts/layout.py)."""
+    view = layout_of(trainer.strategy).state_module(trainer.lightning_module.model)
+    model, optim = get_state_dict(view, stepped(trainer.optimizers[0]), options=OPTIONS)
+    return view, {"model": model, "optim": optim}
 
 
 def rng_state() -> dict[str, Any]:
@@ -198,9 +212,10 @@ def save(trainer: pl.Trainer, folder: Path, meta: dict[str, Any], disk_full: boo
     barrier()
 
 
-def load(trainer: pl.Trainer, folder: Path) -> None:
+def load(trainer: pl.Trainer, folder: Path, own_layout: bool) -> None:
+    """The snapshot's state into this rank's; its RNG states too, on the layout that wrote them."""
     rank = trainer.global_rank
-    rng = stored_rng(folder, rank)
+    rng = stored_rng(folder, rank) if own_layout else {}
     with shards_as_dtensors(trainer):
         view, state = training_state(trainer)
         state.update(rng)  # loaded in place: `rng` holds the states afterwards
@@ -209,9 +224,11 @@ def load(trainer: pl.Trainer, folder: Path) -> None:
             view,
             stepped(trainer.optimizers[0]),
             model_state_dict=state["model"],
-            optim_state_dict=state[layout_of(trainer.strategy).optimizer_key()],
+            optim_state_dict=state["optim"],
+            options=OPTIONS,
         )
-    set_rng_state(rng_of(rank, rng))
+    if own_layout:
+        set_rng_state(rng_of(rank, rng))
 
 
 class Snapshots(pl.Callback):
@@ -231,7 +248,7 @@ class Snapshots(pl.Callback):
             dist.broadcast_object_list(shared, src=0)
             self.run_dir = shared[0]
         if self.resume is not None:
-            load(trainer, self.resume)
+            load(trainer, self.resume, same_layout(written(self.resume), self.meta))
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
@@ -241,7 +258,8 @@ class Snapshots(pl.Callback):
         if self.run_dir is not None and (stop or self.every and step % self.every == 0):
             full = step == self.disk_full_at and trainer.global_rank == 0
             try:
-                save(trainer, self.run_dir / f"step_{step:08d}", self.meta | {"step": step}, full)
+                meta = self.meta | {"step": step, "format": BY_NAME}
+                save(trainer, self.run_dir / f"step_{step:08d}", meta, full)
             except OSError as error:
                 # Raised once Lightning has logged the step's figures (after this hook): the
                 # run keeps the loss of the step whose snapshot failed.
@@ -309,17 +327,60 @@ def candidates(cfg: DictConfig) -> list[Path]:
     return [named] if named.name.startswith("step_") else complete(named)
 
 
-def find(cfg: DictConfig) -> tuple[str, Path, int] | None:
-    """(run id, folder, step) of the snapshot to resume; refused, in one line, if it is broken
-    (the previous complete one is offered) or holds another model or layout. None: resume=auto
-    and no snapshot yet, so that one batch script serves a job's first start and its requeues."""
-    found = [p for p in candidates(cfg) if (p / MARK).is_file()]
+class Found(NamedTuple):
+    run_id: str | None  # the run a resume continues; None: written on another layout, a new run
+    folder: Path
+    step: int
+    origin: str  # `<run id>/step_N`: what a new run is tagged as resumed from
+
+
+def written(folder: Path) -> dict[str, Any]:
+    """What rank 0 noted of a snapshot: its step, model, layout and format."""
+    return json.loads((folder / MARK).read_text())
+
+
+def same_layout(meta: dict[str, Any], mine: dict[str, Any]) -> bool:
+    return all(meta.get(k, "none") == mine.get(k, "none") for k in ("mesh", "shard"))
+
+
+def own(meta: dict[str, Any], mine: dict[str, Any]) -> bool:
+    """A snapshot of this job's model on this job's layout."""
+    return meta["model"] == mine["model"] and same_layout(meta, mine)
+
+
+def continues(cfg: DictConfig, folder: Path) -> bool:
+    """Whether resuming `folder` continues its own run (the same layout) or starts a new one."""
+    return same_layout(written(folder), identity(cfg))
+
+
+def layout_shown(meta: dict[str, Any]) -> str:
+    shard = f", parallel.shard={meta['shard']}" if "shard" in meta else ""
+    return shown_as("mesh", meta["mesh"]) + shard
+
+
+def moved(found: Found, cfg: DictConfig) -> str:
+    """What a resume on another layout says it does."""
+    before, now = layout_shown(written(found.folder)), layout_shown(identity(cfg))
+    return (
+        f"resume: {found.origin} was written on {before}, this job runs {now}: a new run from "
+        f"its step {found.step}, weights and optimizer state read by name"
+    )
+
+
+def find(cfg: DictConfig) -> Found | None:
+    """The snapshot to resume: of those `resume` names, the newest of this job's layout, else the
+    newest; refused, in one line, if it is broken (the previous complete one is offered), holds
+    another model or was written before snapshots were keyed by name. None: resume=auto and no
+    snapshot yet, so that one batch script serves a job's first start and its requeues."""
+    found, mine = [p for p in candidates(cfg) if (p / MARK).is_file()], identity(cfg)
     if not found and cfg.resume == "auto":
         return None
     if not found:
         raise ConfigError(
             "resume", f"no complete snapshot for resume={cfg.resume} under {cfg.checkpoint.dir}"
         )
+    # A requeued job continues its own: this model's on this layout, where there is one
+    found = [p for p in found if own(written(p), mine)] or found
     folder = found[-1]
     try:
         check_files(folder)
@@ -330,16 +391,22 @@ def find(cfg: DictConfig) -> tuple[str, Path, int] | None:
             else ""
         )
         raise ConfigError("resume", f"{folder} is broken ({broken}){previous}") from None
-    meta, mine = json.loads((folder / MARK).read_text()), identity(cfg)
-    for key in ("model", "mesh", "shard"):
-        if meta.get(key, "none") != mine.get(key, "none"):
-            shown = [shown_as(key, meta.get(key, "none")), shown_as(key, mine.get(key, "none"))]
-            raise ConfigError(
-                "resume", f"{folder} holds another {key}: {shown[0]}, this job has {shown[1]}"
-            )
+    meta = written(folder)
+    if meta["model"] != mine["model"]:
+        shown = [shown_as("model", meta["model"]), shown_as("model", mine["model"])]
+        raise ConfigError(
+            "resume", f"{folder} holds another model: {shown[0]}, this job has {shown[1]}"
+        )
+    require(
+        meta.get("format") == BY_NAME,
+        "resume",
+        f"{folder} was written by an earlier runner, which keyed stages and shares by position: "
+        "resume it with that runner's version, or start afresh",
+    )
     require(
         meta["step"] < cfg.trainer.max_steps,
         "trainer.max_steps",
         f"{folder} is at step {meta['step']}: nothing left to train",
     )
-    return folder.parent.name, folder, meta["step"]
+    continued = folder.parent.name if same_layout(meta, mine) else None
+    return Found(continued, folder, meta["step"], f"{folder.parent.name}/{folder.name}")

@@ -35,6 +35,7 @@ from runner.mesh import mesh_of
 PARENT_RUN_ENV = "RUNNER_MLFLOW_PARENT_RUN_ID"
 PARENT_URI_ENV = "RUNNER_MLFLOW_PARENT_URI"
 OWNER_TAG = "runner.owner"  # host:pid:start of the process that holds the run open
+RESUMED_FROM = "resumed_from"  # <run id>/step_N: another layout's snapshot a run started from
 
 
 def option_tag(group: str) -> str:

@@ -144,9 +144,11 @@ BAD = [
         ["model=ffnn", "parallel=tensor", "hardware.devices=2", "parallel.sequence_parallel=true"],
         "parallel.sequence_parallel: this model has no sequence to split",
     ),
-    (["parallel=pp_tp", "parallel.sequence_parallel=true"], "trains without a pipeline (pp=1), g"),
     (["parallel=tp_sp", "hardware.devices=2", "data.seq_len=63"], "data.seq_len: 63 positions do"),
-    (["parallel=tp_sp", "trainer.recompute=selective"], "trainer.recompute: selective does not"),
+    (
+        ["parallel=pp_tp", "parallel.schedule=zero_bubble", "parallel.virtual_stages=2"],
+        "parallel.schedule: zero_bubble splits backward into input and weight passes",
+    ),
     (["-m", "+experiment=bubble", "study.ends=FAILED"], "study.ends: FAILED needs a fault that "),
     # Context parallelism splits the decoder's sequence into 2 x cp chunks, over its own ranks
     (["model=ffnn", "parallel=cp", "hardware.devices=2"], "parallel.cp: this model has no sequenc"),
@@ -159,19 +161,12 @@ BAD = [
         ["parallel=tp_sp", "parallel.cp=2"],
         "parallel.sequence_parallel: splits the sequence over the",
     ),
-    (["parallel=dp_cp", "parallel.shard=full"], "parallel.shard: shards over the dp ranks alone w"),
-    (
-        ["parallel=cp", "hardware.devices=2", "trainer.recompute=selective"],
-        "trainer.recompute: sel",
-    ),
     # Expert parallelism places a mixture of experts' experts over data-parallel ranks
     (["parallel=ep"], "parallel.ep: this model has no experts"),
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
     (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards over the dp r"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
-    (["model=moe", "parallel=ep", "checkpoint.every_n_steps=2"], "checkpoint.every_n_steps: snap"),
-    (["model=moe", "parallel=ep", "trainer.recompute=selective"], "train with parallel.ep yet"),
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
 ]
 

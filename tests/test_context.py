@@ -19,11 +19,18 @@ LAYOUTS = {  # the layout's overrides -> the dimensions whose bytes it counts
     "cp=2": (["parallel=cp", "hardware.devices=2"], {"dp", "cp"}),
     "cp=4": (["parallel=cp", "hardware.devices=4"], {"dp", "cp"}),
     "dp=2 x cp=2": (["parallel=dp_cp"], {"dp", "cp"}),
+    # FSDP2 shards over the replicas and their cp ranks, which sum gradients together
+    "dp=2 x cp=2, sharded": (["parallel=dp_cp", "parallel.shard=full"], {"dp", "cp"}),
     "cp=2 x tp=2": (["parallel=cp", "parallel.tp=2", "hardware.devices=4"], {"dp", "cp", "tp"}),
     "pp=2 x cp=2": (["parallel=cp", "parallel.pp=2", "hardware.devices=4"], {"dp", "cp", "pp"}),
-    # the ring runs its forward once more, in backward
+    # the ring runs its forward once more, in backward; selective keeps DTensor's sums, not the
+    # ring's sends: the same bytes
     "cp=2, full recomputation": (
         ["parallel=cp", "hardware.devices=2", "trainer.recompute=full"],
+        {"dp", "cp"},
+    ),
+    "cp=2, selective recomputation": (
+        ["parallel=cp", "hardware.devices=2", "trainer.recompute=selective"],
         {"dp", "cp"},
     ),
 }

@@ -371,13 +371,14 @@ def printed_number(text: str) -> tuple[float, float]:
 
 def check_runs_recorded(o: Outcome, history: list[Outcome]) -> bool:
     """A job records one run (a sweep a parent and a child per job: README), FINISHED, or FAILED
-    when it fails; `--cfg job` prints the config and records nothing; a resume adds no run."""
+    when it fails; `--cfg job` prints the config and records nothing; a resume adds no run, but
+    on another layout (reliability.md: "a new run from step N")."""
     if "--cfg" in o.args:
         assert o.new == [], "--cfg job recorded a run"
         printed = yaml.safe_load(o.done.stdout)
         assert {"model", "data", "trainer"} <= set(printed), o.done.stdout[:500]
         return True
-    if "resume" in o.keys:
+    if "resume" in o.keys and "a new run from step" not in o.cmd.comment:
         assert o.new == [], "a resume opened a new run rather than continuing its own"
         return True
     status = {0: "FINISHED", 1: "FAILED", 3: "KILLED"}[expected_exit(o.cmd)]
@@ -513,6 +514,8 @@ def check_resume(o: Outcome, history: list[Outcome]) -> bool:
         h for h in history if any(k in h.keys for k in snapshotting) and fails_on_purpose(h.cmd)
     ][-1:]
     run_id = killed.new[0].info.run_id
+    if "a new run from step" in o.cmd.comment:
+        return check_resumed_elsewhere(o, run_id)
     run = MlflowClient(o.uri).get_run(run_id)
     assert run.info.status == "FINISHED", run.info.status
     steps = int(o.keys.get("trainer.max_steps", 0))
@@ -527,6 +530,17 @@ def check_resume(o: Outcome, history: list[Outcome]) -> bool:
     )
     if lost and "fault.kill_rank" in killed.keys:
         assert run.data.metrics.get("lost_steps") == float(lost.group(1)), run.data.metrics
+    return True
+
+
+def check_resumed_elsewhere(o: Outcome, killed: str) -> bool:
+    """reliability.md: "The same snapshot on one process: a new run from step 20, tagged
+    resumed_from, for 5 steps"."""
+    start, steps = map(int, re.search(r"from step (\d+).* for (\d+) steps", o.cmd.comment).groups())
+    (new,) = o.new
+    assert new.data.tags["resumed_from"] == f"{killed}/step_{start:08d}", new.data.tags
+    assert list(logged_per_step(o.uri, new.info.run_id)) == list(range(start, start + steps))
+    assert f"a new run from its step {start}" in o.done.stdout, o.done.stdout[-1000:]
     return True
 
 

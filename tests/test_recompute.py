@@ -5,22 +5,17 @@ study (tests/test_studies.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import platform
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from runner.job import resolve_job
-from runner.losses import LOSSES
 from runner.planner import predict
 from runner.planner.memory import activation_bytes
-from runner.training.callbacks.memory import allocated_bytes
 from runner.training.rank import build_model
 from runner.validate import validate
+from tests.helpers.held import held
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
 from tests.helpers.records import all_runs, loss_series, losses_by_step
@@ -68,41 +63,6 @@ def planned_activations(*overrides: str) -> dict[str, float]:
     return planned
 
 
-def held(overrides: list[str], mode: str) -> int:
-    """Bytes held from forward to backward by the model as training builds it. In a function of
-    its own: nothing of it (a loss's graph holds the model's weights) outlives the measurement."""
-    torch.manual_seed(0)
-    cfg, _ = compose_job(*overrides, f"trainer.recompute={mode}")
-    model, loss_fn = build_model(cfg), LOSSES[cfg.data.loss]
-    if cfg.model._target_.endswith("Decoder"):
-        shape, vocab = (cfg.data.batch_size, cfg.data.seq_len), cfg.data.vocab_size
-        x, y = torch.randint(0, vocab, shape), torch.randint(0, vocab, shape)
-    else:
-        x = torch.randn(cfg.data.batch_size, cfg.model.in_features)
-        y = torch.randint(0, cfg.model.out_features, (cfg.data.batch_size,))
-    loss_fn(model(x), y).backward()  # once first: allocations made once per process
-    with only_new_objects_collected():
-        gc.collect()
-        before = allocated_bytes()
-        loss = loss_fn(model(x), y)
-        gc.collect()
-        bytes_held = allocated_bytes() - before + x.nbytes  # the batch: the first layer's input
-    loss.backward()
-    return bytes_held
-
-
-@contextlib.contextmanager
-def only_new_objects_collected() -> Iterator[None]:
-    """The collector passes over what existed before (gc.freeze): a full collection of this
-    process's millions of objects (torch's, MLflow's, every earlier test's) took half a second,
-    and what it could free is there before and after alike."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def measure(*overrides: str) -> dict[str, float]:
     return {mode: held(list(overrides), mode) for mode in ("none", *MODES)}
 
@@ -122,8 +82,8 @@ def test_the_planner_counts_what_autograd_holds_for_backward() -> None:
     measured, planned = measure(*decoder), planned_activations(*decoder)
     block = planned["none"] - planned_activations(*decoder, "model.n_layers=1")["none"]
     planned["full"] -= block  # the end of forward: no block recomputed yet
-    for mode, held in measured.items():
-        assert 0.85 < held / planned[mode] < 1.15, (mode, held, planned[mode])
+    for mode, kept in measured.items():
+        assert 0.85 < kept / planned[mode] < 1.15, (mode, kept, planned[mode])
     assert measured["full"] < measured["selective"] < measured["none"]
     # The FFNN (default widths 64, 64, 32, 10) at batch 4096, so that its tensors outweigh
     # malloc's bookkeeping: one value per width and sample (each Linear's input is the output
@@ -131,8 +91,8 @@ def test_the_planner_counts_what_autograd_holds_for_backward() -> None:
     # keeps each product's output besides. Measured within 1 % of each.
     ffnn = ["model=ffnn", "data.batch_size=4096"]
     measured, planned = measure(*ffnn), planned_activations(*ffnn)
-    for mode, held in measured.items():
-        assert held == pytest.approx(planned[mode], rel=0.02), mode
+    for mode, kept in measured.items():
+        assert kept == pytest.approx(planned[mode], rel=0.02), mode
 
 
 def comm(run: object) -> tuple[float, float]:

@@ -1,14 +1,17 @@
 """Snapshots and resume: an interrupted run, resumed, gives the uninterrupted run's losses; broken
 or foreign snapshots are refused before anything starts; nothing in a snapshot runs code."""
 
+import json
 import pickle
+import shutil
 from pathlib import Path
 
 import pytest
 
 from runner import validate
 from runner.errors import JobFailed
-from runner.snapshots import SafeUnpickler, find
+from runner.snapshots import SafeUnpickler, find, moved
+from runner.tracking import RESUMED_FROM
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
 from tests.helpers.records import (
@@ -55,7 +58,7 @@ def test_a_single_process_run_resumes_from_its_snapshot(store: str) -> None:
     first = train("model=ffnn", "checkpoint.every_n_steps=5", "trainer.max_steps=12")
     cfg, _ = compose_job("model=ffnn", *SNAPSHOTS, "resume=auto")
     validate.validate(cfg)
-    assert find(cfg)[0] == first  # the newest snapshot: step 10 of the shorter run
+    assert find(cfg).run_id == first  # the newest snapshot: step 10 of the shorter run
     from runner.app import run_job
 
     run_job(cfg, {"model": "ffnn", "hardware": "cpu", "data": "digits"}, ["resume=auto"])
@@ -79,19 +82,97 @@ def test_a_broken_snapshot_is_refused_and_the_previous_one_offered(store: str) -
     )
     cfg, _ = compose_job("model=ffnn", f"resume={run_dir.name}/step_00000005")
     validate.validate(cfg)  # the mesh resolved, as the runner does
-    assert find(cfg)[2] == 5
+    assert find(cfg).step == 5
 
 
-def test_a_snapshot_of_another_model_or_layout_is_refused(store: str) -> None:
-    snapshot_of(store, "model=ffnn")
-    layout = ["parallel=data", "hardware.devices=2"]
-    mesh = "mesh: dp=1 x pp=1 x tp=1, this job has dp=2 x pp=1 x tp=1"  # named, not [1, 2, 1]
-    for other, named in ((["model.hidden=[32]"], "model"), (layout, mesh)):
-        cfg, _ = compose_job("model=ffnn", "resume=auto", *other)
-        validate.validate(cfg)
-        with pytest.raises(validate.ConfigError) as error:
-            find(cfg)
-        assert f"holds another {named}" in str(error.value)
+def test_a_snapshot_of_another_model_is_refused_and_of_another_layout_starts_a_new_run(
+    store: str,
+) -> None:
+    run_dir = snapshot_of(store, "model=ffnn")
+    cfg, _ = compose_job("model=ffnn", "resume=auto", "model.hidden=[32]")
+    validate.validate(cfg)
+    with pytest.raises(validate.ConfigError, match="holds another model"):
+        find(cfg)
+    two = ["model=ffnn", "resume=auto", "parallel=data", "hardware.devices=2"]
+    cfg, _ = compose_job(*two)
+    validate.validate(cfg)
+    found = find(cfg)
+    assert found.run_id is None and found.origin == f"{run_dir.name}/step_00000010"
+    assert moved(found, cfg).startswith(  # named, not [1, 1, 1]
+        f"resume: {found.origin} was written on dp=1 x pp=1 x tp=1, this job runs dp=2 x pp=1"
+    )
+    # A newer snapshot of the 2-process layout: each job takes its own layout's, newest or not
+    other = run_dir.with_name("dp2")
+    shutil.copytree(run_dir, other)
+    mark = other / "step_00000010" / "runner.json"
+    mark.write_text(json.dumps(json.loads(mark.read_text()) | {"mesh": [1, 2, 1]}))
+    assert find(cfg).run_id == "dp2"
+    cfg, _ = compose_job("model=ffnn", "resume=auto")
+    validate.validate(cfg)
+    assert find(cfg).run_id == run_dir.name
+    cfg, _ = compose_job(*two)
+    validate.validate(cfg)
+    mark.write_text(json.dumps(json.loads(mark.read_text()) | {"format": 1}))  # keyed by position
+    with pytest.raises(validate.ConfigError, match="written by an earlier runner"):
+        find(cfg)
+
+
+# Each hop resumes the previous hop's last snapshot on another layout, read by name into other
+# shards, stages and expert placements: three runs, whose steps together are one process's.
+HOP = 3
+HOPS = {
+    "decoder": (
+        [
+            "model=decoder",
+            "model.d_model=32",
+            "model.n_layers=2",
+            "model.dropout=0",
+            "data.batch_size=16",
+        ],  # fmt: skip
+        [
+            ["parallel=dp_pp", "parallel.shard=optimizer"],  # stages, ZeRO-1's shares of state
+            ["parallel=fsdp_tp", "parallel.shard=gradients"],  # tensor shards, sharded state
+            [],  # whole
+        ],
+    ),
+    "moe": (
+        [
+            "model=moe",
+            "model.d_model=32",
+            "model.n_layers=2",
+            "model.dropout=0",
+            "model.capacity_factor=2",
+            "model.context_len=32",
+            "data.batch_size=8",
+        ],  # fmt: skip
+        [
+            ["parallel=ep"],  # 2 experts a rank
+            ["parallel=ep", "parallel.dp=4", "parallel.ep=4"],  # 1 a rank
+            ["parallel=moe_3d"],  # 2 a rank again, beside tensor-parallel attention
+        ],
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(HOPS))
+def test_a_snapshot_resumes_on_other_layouts_as_one_process_would_go_on(
+    store: str, tmp_path: Path, cli: Cli, model: str
+) -> None:
+    job, hops = HOPS[model]
+    single = losses_by_step(store, train(*job, f"trainer.max_steps={HOP * len(hops)}"))
+    losses, origin = [], None
+    for i, layout in enumerate(hops, start=1):
+        resume = [f"resume={origin}"] if origin else []
+        steps = [f"trainer.max_steps={HOP * i}", f"checkpoint.every_n_steps={HOP}"]
+        done = cli(*job, *QUICK, *layout, *steps, *resume, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        run = max(all_runs(store), key=lambda r: r.info.start_time)
+        assert run.data.tags.get(RESUMED_FROM) == origin, layout
+        assert (f"a new run from its step {HOP * (i - 1)}" in done.stdout) == bool(origin)
+        losses += losses_by_step(store, run.info.run_id)
+        origin = f"{run.info.run_id}/step_{HOP * i:08d}"
+    assert losses == pytest.approx(single, rel=1e-5)
 
 
 def test_nothing_in_a_snapshot_runs_code() -> None:
@@ -119,7 +200,7 @@ def test_a_disk_that_fills_while_writing_fails_the_run_and_keeps_the_last_snapsh
     assert sorted(p.name for p in folder.iterdir()) == ["step_00000005", "step_00000010.partial"]
     cfg, _ = compose_job(*job, "resume=auto")
     validate.validate(cfg)  # the mesh resolved, as the runner does
-    assert find(cfg)[1:] == (folder / "step_00000005", 5)  # the half-written one is never taken
+    assert find(cfg)[1:3] == (folder / "step_00000005", 5)  # the half-written one is never taken
 
 
 def test_resume_auto_without_a_snapshot_starts_afresh_but_a_named_run_is_refused(

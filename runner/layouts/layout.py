@@ -17,13 +17,16 @@ from runner.layouts.probes import Recorder, Schedule
 
 @dataclass(frozen=True)
 class LocalShard:
-    """A tensor-parallel parameter that torch's DDP keeps as a plain local tensor in place of its
-    DTensor (runner/compat/ddp_dtensor.py): the module that owns it, its attribute, the tensor the
-    optimizer steps."""
+    """A parameter held as a plain local tensor that is a shard of a whole: a tensor-parallel one
+    that torch's DDP keeps in place of its DTensor (runner/compat/ddp_dtensor.py), or a rank's
+    experts (runner/layouts/expert/split.py). The module that owns it, its attribute, the tensor
+    the optimizer steps, and the DTensor it is a part of: anything with the `mesh`, `placements`,
+    `shape` and `stride` of DTensor's spec."""
 
     owner: nn.Module
     attr: str
     param: nn.Parameter
+    spec: Any
 
 
 class Layout:
@@ -38,19 +41,13 @@ class Layout:
         return None
 
     def state_module(self, model: nn.Module) -> nn.Module:
-        """The module whose state a snapshot keeps, under names every rank holding the same
-        parameters shares."""
+        """The module whose state a snapshot keeps, its parameters under the names they have in
+        the whole model (as one process holds it): what lets any layout read any other's."""
         return model
 
-    def optimizer_key(self) -> str:
-        """The snapshot's key of this rank's optimizer state: ranks that hold the same state
-        share it (as DCP expects), ranks that hold different state (pipeline stages, ZeRO-1's
-        shares) do not."""
-        return "optim"
-
     def local_shards(self) -> list[LocalShard]:
-        """The tensor-parallel parameters held as local tensors, to be shown as DTensors while a
-        snapshot is written or read."""
+        """The parameters held as local shards, to be shown as DTensors while a snapshot is
+        written or read."""
         return []
 
 

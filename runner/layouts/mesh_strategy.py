@@ -60,8 +60,8 @@ class MeshStrategy(DDPStrategy, Layout):
         self.context = context or ContextSplit(None, 1, 0)
         self.experts = ExpertSplit(expert_spec, shape)
         self.replication = Replication(bucket_cap_mb)
-        # parallel.shard: nothing to split without several replicas
-        level = shard if shape.dp > 1 else "none"
+        # parallel.shard: nothing to split without several replicas (or their cp ranks)
+        level = shard if shape.size("dp") > 1 else "none"
         self.sharding = Sharding(level, units) if level != "none" else None
         self.device_mesh: DeviceMesh | None = None
         self.own_group = False  # the process group of one process, made here (setup_distributed)
@@ -99,16 +99,19 @@ class MeshStrategy(DDPStrategy, Layout):
         split = self.context.apply(self.split.apply(module, self.device_mesh), self.device_mesh)
         return self.experts.apply(split, self.global_rank)
 
+    def replicas(self) -> DeviceMesh:
+        """The ranks that sum gradients: the data-parallel ones, with their cp ranks (1-D)."""
+        return flattened(self.device_mesh, ("dp", "cp") if self.shape.cp > 1 else ("dp",))
+
     def replicate(self, module: nn.Module) -> nn.Module:
-        """Over the data-parallel dimension: sharded, or replicated by DDP (with the replicas'
-        cp ranks, which sum gradients too); the module itself with one replica."""
+        """Over the data-parallel dimension (with the replicas' cp ranks, which sum gradients
+        too): sharded, or replicated by DDP; the module itself with one replica."""
         if self.shape.size("dp") == 1:
             return module
         if self.sharding is not None and self.sharding.shards_model:
-            return self.sharding.apply(module, self.device_mesh, self.microbatches)
-        replicas = flattened(self.device_mesh, ("dp", "cp") if self.shape.cp > 1 else ("dp",))
+            return self.sharding.apply(module, self.replicas(), self.microbatches)
         others = self.experts.names(module)
-        return self.replication.apply(module, replicas, self.root_device, others)
+        return self.replication.apply(module, self.replicas(), self.root_device, others)
 
     def post_backward(self, closure_loss: Any) -> None:
         super().post_backward(closure_loss)
@@ -131,7 +134,7 @@ class MeshStrategy(DDPStrategy, Layout):
     def setup_optimizers(self, trainer: Any) -> None:
         super().setup_optimizers(trainer)
         if self.sharding is not None:
-            self.optimizers = self.sharding.optimizers(self.optimizers, self.device_mesh)
+            self.optimizers = self.sharding.optimizers(self.optimizers, self.replicas())
 
     def on_validation_end(self) -> None:
         super().on_validation_end()
@@ -148,12 +151,8 @@ class MeshStrategy(DDPStrategy, Layout):
         self.context.install_probes(record)
         self.experts.install_probes(record)
 
-    def optimizer_key(self) -> str:
-        zero = self.sharding is not None and self.sharding.level == "optimizer"
-        return f"optim/dp{self.coords['dp']}" if zero else "optim"
-
     def local_shards(self) -> list[LocalShard]:
-        return self.replication.localized
+        return self.replication.localized + self.experts.shards(self.root_device.type)
 
     def teardown(self) -> None:
         failing = sys.exc_info()[1]  # after a failed step, Lightning tears down in its handler

@@ -104,6 +104,15 @@ def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
         "parallel.virtual_stages",
         f"{p.schedule} runs one stage per device; virtual stages need {' or '.join(MULTI_STAGE)}",
     )
+    # Measured on torch 2.13: the input pass detaches a view that DTensor's split made, in place
+    views = mesh.tp > 1 and (p.sequence_parallel or p.vocab_parallel and "vocab_size" in cfg.model)
+    require(
+        cfg.mode != "train" or p.schedule != "zero_bubble" or not views,
+        "parallel.schedule",
+        "zero_bubble splits backward into input and weight passes, which a vocabulary or "
+        "sequence split over tp does not take here: set parallel.vocab_parallel=false and "
+        "parallel.sequence_parallel=false with it, or use interleaved_1f1b",
+    )
     stages, layers = mesh.pp * p.virtual_stages, pipeline_layers(cfg.model)
     require(
         stages <= layers,
@@ -181,33 +190,6 @@ def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
     require(spec is not None and spec.sequence, key, "this model has no sequence to split")
     seq = cfg.data.get("seq_len") or 0
     require(seq % mesh.tp == 0, "data.seq_len", f"{seq} positions do not split into tp={mesh.tp}")
-    if cfg.mode == "train":  # a plan prices it with a pipeline too
-        require(
-            mesh.pp == 1,
-            key,
-            f"trains without a pipeline (pp=1), got pp={mesh.pp}; plans take both",
-        )
-        selective_refused(cfg, "parallel.sequence_parallel")
-
-
-def selective_refused(cfg: DictConfig, option: str) -> None:
-    """Selective recomputation replays saved collectives' outputs; what `option` exchanges it
-    would replay wrongly or run again uncounted. Training refuses it; plans price it."""
-    require(
-        cfg.trainer.recompute != "selective",
-        "trainer.recompute",
-        f"selective does not train with {option} yet (none and full do; plans take it)",
-    )
-
-
-def sharding_refused(cfg: DictConfig, mesh: Mesh, option: str, why: str) -> None:
-    """Sharded replicas shard over the dp ranks alone when training; plans shard as `option`
-    would need (runner/job.py: Job.shard)."""
-    require(
-        cfg.parallel.shard == "none" or mesh.dp == 1,
-        "parallel.shard",
-        f"shards over the dp ranks alone when training, and {option} is on ({why}): use none",
-    )
 
 
 def check_context(cfg: DictConfig, mesh: Mesh) -> None:
@@ -228,9 +210,7 @@ def check_context(cfg: DictConfig, mesh: Mesh) -> None:
         "parallel.sequence_parallel",
         "splits the sequence over the tp ranks, and parallel.cp already splits it: use one",
     )
-    if cfg.mode == "train":  # a plan shards over dp x cp (runner/job.py: Job.shard)
-        sharding_refused(cfg, mesh, "parallel.cp", "its ranks sum gradients with the dp ranks")
-        selective_refused(cfg, "parallel.cp")
+    if cfg.mode == "train":
         require(
             not cfg.trainer.compile,
             "trainer.compile",
@@ -252,11 +232,9 @@ def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
         f"its ranks are data-parallel ones: {ep} does not divide parallel.dp={mesh.dp}",
     )
     if cfg.mode == "train":
-        sharding_refused(cfg, mesh, "parallel.ep", "it places the experts over the dp ranks")
-        selective_refused(cfg, "parallel.ep")
-        require(
-            not cfg.checkpoint.every_n_steps and cfg.resume is None,
-            "checkpoint.every_n_steps",
-            "snapshots do not yet keep each rank's own experts (parallel.ep > 1): set 0, and no "
-            "resume",
+        require(  # a plan shards the rest (runner/job.py: Job.shard)
+            cfg.parallel.shard == "none" or mesh.dp == 1,
+            "parallel.shard",
+            "shards over the dp ranks alone when training, and parallel.ep places the experts "
+            "over them: use none",
         )

@@ -5,7 +5,8 @@ the decoder's blocks, the FFNN's Linear layers) keep less for backward and recom
   checkpoint), tensor-parallel all-reduces included.
 - `selective`: torch's selective checkpointing, with torchtitan's kind of op-level policy: the
   outputs of matrix products, attention and collectives are saved, the cheap rest (norms,
-  activations, dropout, adds, views) recomputed. No collective runs again.
+  activations, dropout, adds, views) recomputed. No collective runs again but sequence
+  parallelism's all-gathers, whose whole output is gathered again rather than kept.
 
 The unit's `forward` is replaced on the instance, so module names, parameter names and state-dict
 keys stay what they were (snapshots resume across modes), and every layout (DDP, DTensor's
@@ -41,19 +42,27 @@ SAVED_OPS = {
     aten._scaled_dot_product_cudnn_attention.default,
 }
 
+# Collectives whose outputs are kept, so that recomputation moves no bytes: DTensor's sums of
+# partial results. Every other functional collective op runs again: sequence parallelism's
+# all-gather of the stream into the split layers (whole: t times what each rank's positions
+# hold), as Megatron-LM gathers it again in backward, and the waits and autograd wrappers around
+# the kept ones (no-ops on a tensor that is there already).
+SAVED_COLLECTIVES = {
+    torch.ops._c10d_functional.all_reduce.default,
+    torch.ops._c10d_functional.reduce_scatter_tensor.default,
+}
 _replaying = False  # inside a selective recomputation: saved collectives are replayed, not run
 
 
-def replaying() -> bool:
-    """Whether a collective called now is served from selective checkpointing's saved outputs
-    (the tensor-parallel probe counts only collectives that move bytes)."""
-    return _replaying
+def replayed(kind: str) -> bool:
+    """Whether a collective of `kind` called now is served from selective checkpointing's saved
+    outputs (the tensor-parallel probe counts only collectives that move bytes): all but the
+    all-gathers, which run again."""
+    return _replaying and kind != "all-gather"
 
 
 def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
-    # Collectives are saved so that recomputation moves no bytes: DTensor's all-reduces
-    # (torch.ops._c10d_functional.all_reduce, wait_tensor) and the like.
-    if op in SAVED_OPS or op.namespace == "_c10d_functional":
+    if op in SAVED_OPS or op in SAVED_COLLECTIVES:
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
 

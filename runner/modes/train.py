@@ -42,26 +42,29 @@ def run(
     if launches:  # the launcher's imports are in (a rank resumes it after its own: launch.py)
         collector.resume()
 
-    resumed, resume = None, None
+    resumed, resume, origin = None, None, None
     if cfg.resume:
-        from runner.snapshots import find  # imports torch: only when a snapshot is wanted
+        from runner.snapshots import find, moved  # imports torch: only when a snapshot is wanted
 
         found = find(cfg)
         if found is not None:
-            resumed, folder, step = found
-            resume = (str(folder.resolve()), step)
+            resumed, resume = found.run_id, (str(found.folder.resolve()), found.step)
+            if resumed is None:  # another layout's: a run of this layout's own
+                origin = found.origin
+                if global_rank() == 0:
+                    print(moved(found, cfg), flush=True)
         elif global_rank() == 0:
             print(f"resume=auto: no snapshot under {cfg.checkpoint.dir} yet, a new run", flush=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
     if launches:
-        with recorded_run(cfg, choices, overrides, world, resumed) as record:
+        with recorded_run(cfg, choices, overrides, world, resumed, origin) as record:
             return spawn(resolved, world, record, resume)
     if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
         bind_gloo_to_loopback()
     if global_rank() != 0:  # one rank among those torchrun or srun started: rank 0 records
         return rank_main(resolved, None, None, resume)
-    with recorded_run(cfg, choices, overrides, world, resumed) as record:
+    with recorded_run(cfg, choices, overrides, world, resumed, origin) as record:
         if world > 1:
             signal.signal(signal.SIGTERM, exit_on_sigterm)
         return in_process(resolved, world, record, resume)

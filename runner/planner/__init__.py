@@ -18,6 +18,7 @@ from runner.metrics import (
     COMM_BUSBW,
     COMM_BYTES_BY_COLLECTIVE,
     COMM_BYTES_PER_STEP,
+    HELD_FOR_BACKWARD,
     IDLE_FRACTION,
     MFU,
     PEAK_MEMORY,
@@ -63,11 +64,12 @@ def mfu(job: Job, step_time_s: float) -> float:
 def predict(job: Job) -> dict[str, float]:
     """`pred/...` for every figure a training run measures, at the run's precision."""
     mesh, moved = job.mesh, traffic(job)
-    time = step_time(job, moved)
+    time, memory = step_time(job, moved), memory_per_device_gib(job)
     out = {
         prediction(STEP_TIME.name): time.total_s,
         prediction(MFU.name): mfu(job, time.total_s),
-        prediction(PEAK_MEMORY.name): memory_per_device_gib(job)["total"],
+        prediction(PEAK_MEMORY.name): memory["total"],
+        prediction(HELD_FOR_BACKWARD.name): memory["activations"],
     }
     if mesh.world < 2:
         return out

@@ -38,7 +38,7 @@ from runner.models.recompute import recompute
 from runner.models.registry import spec_for
 from runner.planner.failures import priced
 from runner.quiet import quiet_third_parties
-from runner.snapshots import Snapshots
+from runner.snapshots import Snapshots, continues
 from runner.threads import this_rank_threads
 from runner.training.callbacks.faults import FaultInjection, Progress
 from runner.training.callbacks.progress_bar import ProgressBar
@@ -275,7 +275,7 @@ def train(
             "data.batch_size",
             f"{cfg.data.batch_size} is more than the {len(splits.train)} training samples",
         )
-    if run_id and trainer.global_rank == 0 and not resume:
+    if run_id and trainer.global_rank == 0 and not (resume and continues(cfg, Path(resume[0]))):
         from runner.training.record import record_data
 
         record_data(cfg, run_id, splits)

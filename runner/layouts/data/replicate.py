@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.compat.ddp_dtensor import leave_to_others, localized_shards
+from runner.compat.ddp_dtensor import leave_to_others, localized_shards, shard_spec
 from runner.layouts.data.probe import hook_buckets
 from runner.layouts.layout import LocalShard
 from runner.layouts.probes import Recorder
@@ -49,7 +49,9 @@ class Replication:
         # tensors: a snapshot needs them.
         for name, param in localized_shards(module, split):
             owner, _, attr = name.rpartition(".")
-            self.localized.append(LocalShard(module.get_submodule(owner), attr, param))
+            self.localized.append(
+                LocalShard(module.get_submodule(owner), attr, param, shard_spec(param))
+            )
         return replica
 
     def held(self, weight: nn.Parameter) -> nn.Parameter:

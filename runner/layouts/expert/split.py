@@ -6,28 +6,47 @@ The rest of the model is replicated as data parallelism replicates it, DDP avera
 gradients over dp (and cp). The experts are not DDP's: a rank's experts saw the tokens of its
 whole ep group through the all-to-all, so their gradients are already that group's sum; summed
 over the other groups' replicas of the same experts (dp / ep of them, with their cp ranks) and
-divided by dp x cp, they are the mean DDP gives the rest, one all-reduce a step."""
+divided by dp x cp, they are the mean DDP gives the rest, one all-reduce a step.
+
+A snapshot sees a rank's experts as its part of the whole stack, a DTensor split on the experts'
+dimension over the ep group (`shards`): any placement, or none, reads it back."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Shard
 
 from runner import clock
 from runner.layouts.expert import exchange
 from runner.layouts.expert.exchange import ExpertExchange
+from runner.layouts.layout import LocalShard
 from runner.layouts.probes import Recorder, Transfer
 from runner.mesh import Mesh
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A DTensor's spec, as a snapshot asks for it (runner/snapshots.py: as_dtensor)."""
+
+    mesh: DeviceMesh
+    placements: tuple[Shard, ...]
+    shape: torch.Size
+    stride: tuple[int, ...]
 
 
 class ExpertSplit:
     def __init__(self, spec: Any, shape: Mesh) -> None:
         self.spec, self.shape, self.ep = spec, shape, shape.ep
         self.params: list[nn.Parameter] = []  # this rank's experts' weights
+        self.held: list[tuple[nn.Module, str, nn.Parameter]] = []  # and where each is held
+        self.placed: list[LocalShard] = []  # as parts of the whole stacks, once asked for
         self.replicas: dist.ProcessGroup | None = None  # the ranks holding the same experts
         self.record: Recorder | None = None
         self.group: dist.ProcessGroup | None = None  # this rank's ep group, and its index in it
@@ -46,8 +65,21 @@ class ExpertSplit:
                 local = nn.Parameter(p.detach()[index * mine : (index + 1) * mine].clone())
                 setattr(experts, name, local)
                 self.params.append(local)
+                self.held.append((experts, name, local))
             block.exchange = ExpertExchange(experts, group, self.ep)
         return module
+
+    def shards(self, device_type: str) -> list[LocalShard]:
+        """This rank's experts as shards of the whole stacks: split on their first dimension
+        over the ep group, the same on every replica of the group (a snapshot keeps one)."""
+        if self.held and not self.placed:
+            ranks = dist.get_process_group_ranks(self.group)
+            mesh = DeviceMesh.from_group(self.group, device_type, mesh=ranks)
+            for owner, attr, local in self.held:
+                shape = torch.Size((local.shape[0] * self.ep, *local.shape[1:]))
+                whole = Placed(mesh, (Shard(0),), shape, torch.empty(shape, device="meta").stride())
+                self.placed.append(LocalShard(owner, attr, local, whole))
+        return self.placed
 
     def names(self, module: nn.Module) -> list[str]:
         """The experts' parameter names in `module`: data parallelism leaves them alone."""

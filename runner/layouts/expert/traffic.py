@@ -2,9 +2,9 @@
 d_model, runner/models/moe/model.py) all-to-all to the experts' ranks and back, per micro-batch:
 forward the dispatch carries the residual stream's values (fp32 under autocast) and the combine
 the experts' outputs (in what autocast computes in); backward their gradients, the other way, in
-the same dtypes. Full recomputation runs the forward's pair again, in backward. nccl-tests'
-payload: each all-to-all's input. The experts' gradients, summed over their replicas, are data
-parallelism's (runner/layouts/data/traffic.py)."""
+the same dtypes. Recomputation, full or selective, runs the forward's pair again, in backward.
+nccl-tests' payload: each all-to-all's input. The experts' gradients, summed over their replicas,
+are data parallelism's (runner/layouts/data/traffic.py)."""
 
 from __future__ import annotations
 
@@ -21,5 +21,7 @@ def traffic(job: Job) -> Traffic:
     slots, calls = job.spec.ep_traffic(job.model, job.data, samples, job.microbatches, mesh.cp)
     forward = precision_of(job.trainer).activation_bytes
     elem = job.spec.between_layers_bytes(forward) + forward  # a dispatch's and a combine's
-    passes = 2 + (job.trainer.recompute == "full")  # forward, backward, a forward again
+    # forward, backward, and a forward again under recomputation: selective keeps DTensor's
+    # sums, not the all-to-alls
+    passes = 2 + (job.trainer.recompute != "none")
     return Traffic({"ep": passes * slots * elem / mesh.pp}, {"ep": 2 * passes * calls / mesh.pp})

@@ -37,6 +37,34 @@ def stage_module(spec: ModelSpec, model: nn.Module, stage: int, stages: list[ran
     return spec.stage_module(model, stages[stage], stage == 0, stage == last)
 
 
+def by_whole_names(whole: nn.Module, parts: list[nn.Module]) -> nn.Module:
+    """The modules of `parts` under the names they have in `whole`: a module that holds nothing
+    itself, so that a snapshot keys each stage's weights as one process keys them. Holds the
+    modules, not their parameters: what layouts put in their place later (DTensors, shards) is
+    what it shows."""
+    held = {id(m) for part in parts for m in part.modules()}
+    if id(whole) in held:
+        return whole
+    view: nn.Module = nn.Module()
+    taken: list[str] = []
+    for name, module in whole.named_modules():
+        if id(module) not in held or any(name.startswith(t + ".") for t in taken):
+            continue
+        taken.append(name)
+        *path, leaf = name.split(".")
+        parent = view
+        for step in path:
+            if not hasattr(parent, step):
+                parent.add_module(step, nn.Module())
+            parent = getattr(parent, step)
+        parent.add_module(leaf, module)
+    named = {id(p) for p in view.parameters()}
+    stray = [p for part in parts for p in part.parameters() if id(p) not in named]
+    if stray:  # a stage holding a weight of no module of the whole: a model's spec to fix
+        raise RuntimeError(f"{len(stray)} of a stage's parameters have no name in the whole model")
+    return view
+
+
 def stage_examples(
     spec: ModelSpec,
     model: nn.Module,
@@ -50,6 +78,20 @@ def stage_examples(
     switch between training and evaluation (with tensor parallelism, collectives and all)."""
     layers, last = stages[stage], len(stages) - 1
     return spec.stage_example(model, layers, stage == 0, stage == last, microbatch, seq_len)
+
+
+def stream_split(
+    examples: tuple[torch.Tensor, torch.Tensor], first: bool, last: bool, tp: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence parallelism: stages hand each other the stream as each tensor-parallel rank holds
+    it, its positions (dimension 1) split tp ways; the data and the logits stay whole."""
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        shape = (t.shape[0], t.shape[1] // tp, *t.shape[2:])
+        return torch.empty(shape, dtype=t.dtype, device="meta", requires_grad=t.requires_grad)
+
+    x, out = examples
+    return (x if first else split(x)), (out if last else split(out))
 
 
 def sent_dtype(stage: int, stages: int, between: torch.dtype) -> torch.dtype:

@@ -32,12 +32,14 @@ from runner.layouts.mesh_strategy import MeshStrategy
 from runner.layouts.pipeline.probe import PipelineTrace
 from runner.layouts.pipeline.stages import (
     SCHEDULES,
+    by_whole_names,
     cast_output,
     in_context,
     sent_dtype,
     stage_examples,
     stage_module,
     stages_of,
+    stream_split,
     with_dtypes,
 )
 from runner.layouts.probes import Schedule, Transfer
@@ -97,6 +99,7 @@ class PipelineStrategy(MeshStrategy):
                 in_context(part, self.precision_plugin.forward_context)  # autocast
                 cast_output(part, sent_dtype(s, n_stages, self.between))
         self.stages = [self._stage(full, part, s) for part, s in pairs]
+        self.named = by_whole_names(full, parts)
         module.model = nn.ModuleList(parts)  # this rank's parameters only: its optimizer's
         self.trace.instrument(self.stages)
         multi = self.schedule_name in MULTI_STAGE
@@ -116,19 +119,15 @@ class PipelineStrategy(MeshStrategy):
         return self.schedule_record
 
     def state_module(self, model: nn.Module) -> nn.Module:
-        """Ranks hold different stages under the same module names: keyed by stage."""
-        return nn.ModuleDict(
-            {f"stage{s}": part for s, part in zip(self.stage_ids, model, strict=True)}
-        )
-
-    def optimizer_key(self) -> str:
-        """One key per pipeline position (its tensor-parallel shards and replicas share it)."""
-        return super().optimizer_key().replace("optim", f"optim/pp{self.coords['pp']}", 1)
+        """This rank's stages under the whole model's names (found as the stages were cut)."""
+        return self.named
 
     def _stage(self, full: nn.Module, part: nn.Module, index: int) -> PipelineStage:
         """One stage over the pp dimension, its inputs' and outputs' shapes given up front."""
         n, between = len(self.layers), self.between
         examples = stage_examples(self.spec, full, index, self.layers, *self.microbatch)
+        if self.split.sequence:
+            examples = stream_split(examples, index == 0, index == n - 1, self.shape.tp)
         received = between if index > 0 else torch.float32  # the first stage reads the data
         return PipelineStage(
             self.replicate(part),

@@ -1,7 +1,8 @@
 """A pipeline's traffic and bubble: each boundary carries every sample's activation forward and its
 gradient back, once, in what the model's layers hand each other (its spec says: 16 bits under
 mixed precision, or an fp32 residual stream); every tensor-parallel rank of a stage sends its own
-copy; every context-parallel rank its positions' share."""
+copy (under sequence parallelism, its positions' share); every context-parallel rank its
+positions' share."""
 
 from __future__ import annotations
 
@@ -29,4 +30,6 @@ def traffic(job: Job) -> Traffic:
     boundaries = job.spec.boundary_elements(job.model, job.data, job.stages)
     total = sum(2 * job.batch_size * n * elem for n in boundaries)
     sends = 2 * job.parallel.microbatches * len(boundaries)  # per replica and shard
-    return Traffic({"pp": total / (mesh.pp * mesh.dp * mesh.cp)}, {"pp": sends / mesh.pp})
+    # Under sequence parallelism each tensor-parallel rank sends its positions only
+    shards = mesh.tp if job.parallel.sequence_parallel else 1
+    return Traffic({"pp": total / (mesh.pp * mesh.dp * mesh.cp * shards)}, {"pp": sends / mesh.pp})

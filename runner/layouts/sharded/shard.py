@@ -109,17 +109,18 @@ class Sharding:
         """The units of the whole model, before a split or a stage hides what they are."""
         self.unit_list = self.units(model)
 
-    def apply(self, module: nn.Module, mesh: DeviceMesh, microbatches: int) -> nn.Module:
-        """`module` sharded over `mesh`'s dp dimension (FSDP2 wraps it in place), for a step of
-        `microbatches` micro-batches."""
-        self.fsdp += shard_module(module, self.unit_list, mesh["dp"], self.level, microbatches)
+    def apply(self, module: nn.Module, replicas: DeviceMesh, microbatches: int) -> nn.Module:
+        """`module` sharded over the replicas (a 1-D mesh: dp, or dp x cp flattened; FSDP2 wraps
+        it in place), for a step of `microbatches` micro-batches."""
+        self.fsdp += shard_module(module, self.unit_list, replicas, self.level, microbatches)
         return module
 
-    def optimizers(self, optimizers: list[Any], mesh: DeviceMesh) -> list[Any]:
-        """ZeRO-1: each replica steps its share of the optimizer state."""
+    def optimizers(self, optimizers: list[Any], replicas: DeviceMesh) -> list[Any]:
+        """ZeRO-1: each replica (each of its cp ranks too) steps its share of the optimizer
+        state."""
         if self.level != "optimizer":
             return optimizers
-        return [zero_optimizer(o, mesh["dp"].get_group()) for o in optimizers]
+        return [zero_optimizer(o, replicas.get_group()) for o in optimizers]
 
     def reshard(self) -> None:
         """Free the weights an evaluation's forward gathered (no backward freed them), so that

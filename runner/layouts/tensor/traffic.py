@@ -12,8 +12,9 @@ With sequence parallelism (runner/models/decoder/parallelize.py) the blocks' all
 all-gathers and reduce-scatters, dimension "sp" on the same ranks: the same payload twice over (an
 all-gather's and a reduce-scatter's each), at the same precisions; tp keeps the vocabulary's and
 the all-reduces of the gradients of weights that stay whole (the norms'). Recomputed, each block's
-forward gathers and scatters again: its 2 all-reduces' payload twice. With context parallelism a
-rank's activations are its s/cp positions': a cp-th of each payload."""
+forward gathers and scatters again: its 2 all-reduces' payload twice; with selective recomputation
+it gathers again only (what it would keep is t times each rank's positions). With context
+parallelism a rank's activations are its s/cp positions': a cp-th of each payload."""
 
 from __future__ import annotations
 
@@ -51,5 +52,10 @@ def traffic(job: Job) -> Traffic:
     blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
     sp = blocks * elem + ends * 4 + 2 * again * elem  # recomputed: gathered and scattered again
     sp_calls += 2 * again_calls
+    if mode == "selective":  # the forward's all-gathers (one a tp all-reduce), of the fp32 stream
+        gathered, gathered_calls = spec.tp_recompute_traffic(
+            job.model, job.data, samples, job.stages, micro, "full"
+        )
+        sp, sp_calls = sp + gathered * 4, sp_calls + gathered_calls
     per_rank = {"tp": payload, "sp": sp}, {"tp": calls, "sp": sp_calls}
     return Traffic(*({d: v / mesh.pp for d, v in part.items()} for part in per_rank))

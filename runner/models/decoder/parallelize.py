@@ -39,7 +39,7 @@ import math
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -69,7 +69,10 @@ class DecoderStage(nn.Module):
             x = self.dropout(self.embed(x) * math.sqrt(self.d_model) + self.pos[: x.shape[1]])
         for block in self.blocks:
             x = block(x)
-        return self.head(x, self.embed.weight) if self.last else x
+        if self.last:
+            return self.head(x, self.embed.weight)
+        # Sequence parallelism's split stream: the next stage gets this rank's positions
+        return x.to_local() if isinstance(x, DTensor) else x
 
 
 def stage_example(
@@ -125,18 +128,19 @@ def parallelize(
 ) -> nn.Module:  # fmt: skip
     """Split every block of `module` (the whole decoder or one stage) over the 1-D mesh; with
     `vocab_parallel` its embedding and output layer by vocabulary rows; with `sequence` the
-    stream between the split layers along the sequence (the whole decoder only); `ffn` false:
+    stream between the split layers along the sequence (stages hand it on split); `ffn` false:
     the blocks' attention only."""
     blocks = [m for m in module.modules() if isinstance(m, Block)]
     for block in blocks:
         parallelize_module(block, mesh, sequence_plan() if sequence else block_plan(ffn))
         if sequence:
             summed_at_backward(block.norm1, block.norm2)
-    if sequence:
-        split_sequence(blocks, mesh)
+    if sequence and blocks:
+        split_sequence(blocks, mesh, embedded=getattr(module, "first", True))
     if vocab_parallel:
         split_vocabulary(module, mesh, sequence)
-    elif sequence:  # every rank computes all the logits: from the whole stream
+    elif sequence and module.head is not None:  # a pipeline's last stage, or the whole
+        # Every rank computes all the logits, from the whole stream
         whole = PrepareModuleInput(
             input_layouts=(Shard(1), None),
             desired_input_layouts=(Replicate(), None),
@@ -166,11 +170,14 @@ def summed_at_backward(*norms: nn.Module) -> None:
         weight.register_hook(lambda grad, w=weight: grad.redistribute(placements=w.placements))
 
 
-def split_sequence(blocks: list[nn.Module], mesh: DeviceMesh) -> None:
+def split_sequence(blocks: list[nn.Module], mesh: DeviceMesh, embedded: bool = True) -> None:
     """The stream enters the first block split along the sequence: each rank keeps its positions
-    of the embedding's output, which is whole on every rank (no collective forward)."""
+    of the embedding's output, which is whole on every rank (no collective forward). A later
+    pipeline stage (not `embedded`) receives it split already: its positions, as they are."""
     split = PrepareModuleInput(
-        input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=False
+        input_layouts=(Replicate() if embedded else Shard(1),),
+        desired_input_layouts=(Shard(1),),
+        use_local_output=False,
     )
     parallelize_module(blocks[0], mesh, split)
 

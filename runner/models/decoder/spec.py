@@ -114,7 +114,8 @@ class DecoderSpec(ModelSpec):
             if ring:  # bytes of masks, in units of the formula's 16-bit values
                 scores = a * s * held.cp / (h * t) * 2 / held.elem if m.get("dropout", 0) else 0
             outside = 10 / t if held.sequence else 10  # what lies between the split layers
-            return s * b * h * (outside + 24 / t + scores) * held.elem / 2
+            inside = 8 / t + self.ffn_units(m, held, s * b)  # the attention's, the FFN's
+            return s * b * h * (outside + inside + scores) * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
         logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4
@@ -126,6 +127,11 @@ class DecoderSpec(ModelSpec):
             block_input /= t if held.sequence else 1  # each rank's positions of the stream
             return held.in_flight * held.layers * block_input + per_layer(True) + logits
         return held.in_flight * held.layers * per_layer(held.recompute == "none") + logits
+
+    def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
+        """What a block's FFN keeps between its split layers, in s*b*h 16-bit values (Korthikanti
+        et al.): its first layer's output and its activation's, 4h each, a t-th on each rank."""
+        return 16 / held.tp
 
     def stage_gemms(
         self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool,
@@ -227,7 +233,9 @@ class DecoderSpec(ModelSpec):
         self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int, mode: str
     ) -> tuple[float, float]:
         """Full recomputation re-runs each block's forward: its 2 all-reduces of b*s*h again
-        (Megatron's count); selective saves their outputs and runs none."""
+        (Megatron's count); selective saves their outputs and runs none (under sequence
+        parallelism the stream's all-gathers, as many, run again: runner/layouts/tensor/
+        traffic.py)."""
         if mode != "full":
             return 0.0, 0.0
         layers = m["n_layers"]

@@ -9,8 +9,10 @@ n_experts): every token's first choice is placed before any token's second (GSha
 token routed to a full expert is dropped there. Fixed slots make the dispatch a dense (experts x
 capacity x d_model) buffer: expert parallelism moves it with all-to-all. The load-balancing loss
 (Switch Transformer's, n_experts x sum over experts of the share of tokens routed to it times its
-mean router probability) is not added to the loss: its gradient, times balance_weight, joins
-backward at the block's output (Megatron-LM's way), so train_loss stays the language model's.
+mean router probability, taken per sequence and averaged, as DeepSeek-V3's sequence-wise loss and
+Megatron-LM's seq_aux_loss take it: so it does not depend on how a batch is split over ranks and
+micro-batches) is not added to the loss: its gradient, times balance_weight, joins backward at the
+block's output (Megatron-LM's way), so train_loss stays the language model's.
 """
 
 import math
@@ -98,13 +100,20 @@ class MoEFeedForward(nn.Module):
         out = (self.exchange or self.experts)(slots.view(n, capacity, d)).reshape(n * capacity, d)
         weighted = out[slot] * gate.t().reshape(-1)[kept, None].to(out.dtype)
         y = tokens.new_zeros(len(tokens), d, dtype=out.dtype).index_add(0, source, weighted)
-        counts = per_expert.sum(0)
-        balance = n * (counts.float() / len(chosen) * probs.mean(0)).sum()
-        self.record(counts, (~kept).sum(), balance)
+        balance = self.balance(choice, probs, shape[0])
+        self.record(per_expert.sum(0), (~kept).sum(), balance)
         y = y.view(shape)
         if self.training and self.balance_weight > 0 and torch.is_grad_enabled():
             y = BalanceLoss.apply(y, balance * self.balance_weight)
         return self.dropout(y)
+
+    def balance(self, choice: torch.Tensor, probs: torch.Tensor, sequences: int) -> torch.Tensor:
+        """Per sequence, n x the sum over experts of the share of its tokens' choices routed to
+        each times its mean router probability there; the mean over sequences. Whole sequences
+        make it the same however a batch is split into ranks and micro-batches."""
+        n = self.n_experts
+        routed = F.one_hot(choice.view(sequences, -1), n).float().mean(1)  # (sequences, n)
+        return n * (routed * probs.view(sequences, -1, n).mean(1)).sum(-1).mean()
 
     def record(self, counts: torch.Tensor, dropped: torch.Tensor, balance: torch.Tensor) -> None:
         figures = {"counts": counts.float(), "dropped": dropped.float(), "balance": balance,

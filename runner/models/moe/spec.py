@@ -1,10 +1,11 @@
 """The mixture-of-experts decoder, as the runner sees it: the decoder's spec (runner/models/
 decoder/spec.py) with each block's FFN replaced by a router and n_experts FFNs. A token runs
 through top_k of them, so its FLOPs are the dense decoder's with k FFNs; every expert's weights,
-gradients and optimizer state are held. Activations are counted as the dense decoder's: the
-experts' slots (capacity_factor x top_k of a token each) are not, yet. Pipeline stages are the
-decoder's (by blocks); tensor parallelism splits the attention as the decoder's and leaves the
-experts whole."""
+gradients and optimizer state are held. Activations are the dense decoder's but for the FFN's:
+each token's slots in the experts (about capacity_factor x top_k of them), each slot's input and
+ReLU output, and the top_k outputs the combine weights. Pipeline stages are the decoder's (by
+blocks); tensor parallelism splits the attention as the decoder's and leaves the experts
+whole."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from runner.errors import positive, require
 from runner.models.decoder.spec import DecoderSpec, vocab_rows
 from runner.models.decoder.spec import block_tensors as decoder_block
 from runner.models.moe.config import MoEConfig
-from runner.models.spec import Cfg, Gemm
+from runner.models.spec import Activations, Cfg, Gemm
 
 
 def moe_ffn_tensors(m: Cfg, ep: int = 1) -> list[int]:
@@ -46,6 +47,15 @@ class MoESpec(DecoderSpec):
         from runner.models.moe.model import MoEFeedForward
 
         return [m for m in model.modules() if isinstance(m, MoEFeedForward)]
+
+    def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
+        """A block's experts, whole on every tensor-parallel rank, in s*b*h 16-bit values: per
+        token its slots (n_experts x capacity / tokens: capacity_factor x top_k, rounded up), each
+        the slot's input (h) and its ReLU output (4h), which the second product takes too; and
+        the top_k outputs the combine weights by the router's gates (runner/models/moe/model.py).
+        An expert parallel rank runs its experts on as many slots as it dispatched."""
+        slots = m["n_experts"] * capacity(m, tokens) / tokens
+        return slots * (2 + 8) + 2 * m["top_k"]
 
     def ep_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int

@@ -86,6 +86,8 @@ class PeakMemory:
         self.held_bytes = 0  # the parameters held at training's start (CPU)
         self.base_allocated: int | None = None  # malloc's bytes in use then (CPU)
         self.top_allocated = 0  # the most in use at a sample
+        self.step_base: int | None = None  # in use at this step's start
+        self.held: int | None = None  # what the last forward left for its backward
 
     def start(self, module: nn.Module) -> None:
         if self.cuda:
@@ -115,6 +117,22 @@ class PeakMemory:
             and threading.current_thread() is threading.main_thread()
         ):
             self.top_allocated = max(self.top_allocated, allocated_bytes() or 0)
+
+    def in_use(self) -> int | None:
+        """Bytes the rank's tensors hold now: CUDA's, or malloc's on a CPU."""
+        return torch.cuda.memory_allocated() if self.cuda else allocated_bytes()
+
+    def step_started(self) -> None:
+        self.step_base = self.in_use()
+
+    def forward_ended(self) -> None:
+        """Forward's activations are all held, nothing of backward made yet."""
+        now = self.in_use()
+        if now is not None and self.step_base is not None:
+            self.held = now - self.step_base
+
+    def held_gib(self) -> float | None:
+        return None if self.held is None else self.held / GIB
 
     def peak_allocated_gib(self) -> float | None:
         if self.cuda:

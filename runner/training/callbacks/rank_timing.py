@@ -38,6 +38,7 @@ from runner.metrics import (
     COMM_BYTES_PER_STEP,
     COMM_TIME,
     COMPUTE_TIME,
+    HELD_FOR_BACKWARD,
     IDLE_FRACTION,
     IDLE_TIME,
     PEAK_ALLOCATED,
@@ -213,6 +214,7 @@ class LoopTiming(pl.Callback):
         if index >= self.warmup_steps and self.profile.wants(index):
             self.profile.start()
         self.steps.append(Step(start=clock.stamp()))
+        self.memory.step_started()
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         step = self.steps[-1]
@@ -241,7 +243,8 @@ class LoopTiming(pl.Callback):
         loops = [s.next_start - s.start for s in self.looped() if s.next_start]
         figures = {LOOP_TIME: fmean(loops)} if loops else {}
         for figure, peak in ((PEAK_MEMORY, self.memory.peak_gib()),
-                             (PEAK_ALLOCATED, self.memory.peak_allocated_gib())):  # fmt: skip
+                             (PEAK_ALLOCATED, self.memory.peak_allocated_gib()),
+                             (HELD_FOR_BACKWARD, self.memory.held_gib())):  # fmt: skip
             if peak is not None:
                 figures[figure.name] = peak
         figures |= self.profile.summary()
@@ -295,6 +298,7 @@ class RankTiming(LoopTiming):
     def on_before_backward(self, *_: Any) -> None:
         self.steps[-1].before_backward = clock.stamp()
         self.memory.sample()  # forward's activations all held
+        self.memory.forward_ended()
 
     def on_after_backward(self, *_: Any) -> None:
         self.steps[-1].after_backward = clock.stamp()
