@@ -39,11 +39,12 @@ def recorded_run(
     world_size: int = 1,
     resumed: str | None = None,
     origin: str | None = None,
+    params: Mapping[str, str] | None = None,
 ) -> Iterator[Run]:
     """Open the job's run (or reopen `resumed`, a run that a snapshot continues; a new run that
-    starts from another layout's snapshot is tagged with its `origin`) and end it
-    FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if recording the config
-    itself fails: never left RUNNING."""
+    starts from another layout's snapshot is tagged with its `origin`; `params`: logged beside the
+    config's) and end it FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if
+    recording the config itself fails: never left RUNNING."""
     client, exp = open_experiment(cfg.logger.tracking_uri, cfg.logger.experiment_name)
     if resumed:
         client.update_run(resumed, status="RUNNING")
@@ -58,7 +59,8 @@ def recorded_run(
         run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
         if not resumed:
-            run.log_batch("params", [Param(k, v) for k, v in flatten(cfg).items()])
+            logged = flatten(cfg) | dict(params or {})  # and what the job made (its network)
+            run.log_batch("params", [Param(k, v) for k, v in logged.items()])
             client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             client.log_text(
                 run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"

@@ -29,6 +29,7 @@ from runner import collector
 from runner.cluster import LOOPBACK
 from runner.errors import ConfigError, JobFailed, Stopped
 from runner.lifeline import die_with_parent, listen_to_ctrl_c
+from runner.network.emulation import Network, enter
 from runner.planner.failures import lost_work
 from runner.preemption import EXIT_PREEMPTED, Preempted
 from runner.tracking import Run
@@ -49,13 +50,16 @@ def rank_main(
     return train(OmegaConf.create(cfg), run_id, progress, resume)
 
 
-def spawned_rank_main(cwd: str, *args: Any) -> dict[str, float]:
+def spawned_rank_main(cwd: str, network: Network | None, *args: Any) -> dict[str, float]:
     """rank_main in a rank this process spawned: the fork server's child, it ends with the server
     (runner/lifeline.py). It works where the launcher does: the server, which lives on across a
-    sweep's jobs, may have started elsewhere (a job of its own folder, hydra.job.chdir). Stopped on
-    request, it exits with EXIT_PREEMPTED, which the launcher tells from a failure."""
+    sweep's jobs, may have started elsewhere (a job of its own folder, hydra.job.chdir). On an
+    emulated network it runs in its node's namespace. Stopped on request, it exits with
+    EXIT_PREEMPTED, which the launcher tells from a failure."""
     die_with_parent()
     os.chdir(cwd)
+    if network is not None:
+        enter(network, int(os.environ["RANK"]))
     try:
         return rank_main(*args)
     except Preempted:
@@ -67,10 +71,12 @@ def spawn(
     world: int,
     record: Run | None = None,
     resume: tuple[str, int] | None = None,
+    network: Network | None = None,
 ) -> dict[str, float]:
     """The job's ranks, forked by the fork server (runner/fork_server.py) and rendezvoused on
-    127.0.0.1; rank 0's figures. Without a record (mode=calibrate's own measurement) nothing is
-    logged and a failure raises JobFailed without being recorded."""
+    127.0.0.1 (on an emulated `network`, on node 0's address in its namespace); rank 0's figures.
+    Without a record (mode=calibrate's own measurement) nothing is logged and a failure raises
+    JobFailed without being recorded."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -92,7 +98,7 @@ def spawn(
     with tempfile.TemporaryDirectory(prefix="runner-progress-") as progress, own_signals():
         try:
             launched = elastic_launch(config, spawned_rank_main)
-            return launched(os.getcwd(), cfg, run_id, progress, resume)[0]
+            return launched(os.getcwd(), network, cfg, run_id, progress, resume)[0]
         except SignalException as stop:  # torch's launcher stopped the ranks
             raise Stopped(str(stop)) from None
         except ChildFailedError as failed:

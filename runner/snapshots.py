@@ -57,25 +57,22 @@ OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 def shown_as(key: str, value: Any) -> str:
-    """A mesh as dp/pp/cp/tp sizes (it is kept as [pp, dp, tp], or [pp, dp, cp, tp] with context
-    parallelism); anything else as it is."""
-    if key == "mesh" and isinstance(value, list) and len(value) in (3, 4):
-        pp, dp, *cp, tp = value
-        return f"dp={dp} x pp={pp}{''.join(f' x cp={n}' for n in cp)} x tp={tp}"
+    """A mesh as dp/pp/cp/tp sizes (it is kept as [pp, dp, cp, tp]); anything else as it is."""
+    if key == "mesh" and isinstance(value, list) and len(value) == 4:
+        pp, dp, cp, tp = value
+        return f"dp={dp} x pp={pp}{f' x cp={cp}' if cp > 1 else ''} x tp={tp}"
     return str(value)
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
-    """What a snapshot must match to be resumed, the model, and its layout: the mesh and how
-    replicas shard their state (parallel.shard: absent for none, as in snapshots from before it
-    existed). A snapshot of another layout starts a new run."""
-    mesh = mesh_of(cfg)
-    shard = cfg.parallel.get("shard", "none") if mesh.size("dp") > 1 else "none"
+    """What a snapshot is of: the model, which a resume must match, and the layout (the parallel
+    group, resolved), which a resume on the same one continues in the same run, and on another
+    starts a new run; its mesh, to name it."""
     return {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
-        # as snapshots from before context parallelism keep it, where it has none
-        "mesh": list(mesh.shape) if mesh.cp > 1 else [mesh.pp, mesh.dp, mesh.tp],
-    } | ({"shard": shard} if shard != "none" else {})
+        "parallel": OmegaConf.to_container(cfg.parallel, resolve=True),
+        "mesh": list(mesh_of(cfg).shape),
+    }
 
 
 def stepped(optimizer: Any) -> Any:
@@ -340,12 +337,16 @@ def written(folder: Path) -> dict[str, Any]:
 
 
 def same_layout(meta: dict[str, Any], mine: dict[str, Any]) -> bool:
-    return all(meta.get(k, "none") == mine.get(k, "none") for k in ("mesh", "shard"))
+    return meta.get("parallel") == mine["parallel"]
 
 
 def own(meta: dict[str, Any], mine: dict[str, Any]) -> bool:
-    """A snapshot of this job's model on this job's layout."""
-    return meta["model"] == mine["model"] and same_layout(meta, mine)
+    """A snapshot of this job's model on this job's layout, in the format this runner reads."""
+    return meta.get("model") == mine["model"] and same_layout(meta, mine) and readable(meta)
+
+
+def readable(meta: dict[str, Any]) -> bool:
+    return meta.get("format") == BY_NAME
 
 
 def continues(cfg: DictConfig, folder: Path) -> bool:
@@ -354,8 +355,12 @@ def continues(cfg: DictConfig, folder: Path) -> bool:
 
 
 def layout_shown(meta: dict[str, Any]) -> str:
-    shard = f", parallel.shard={meta['shard']}" if "shard" in meta else ""
-    return shown_as("mesh", meta["mesh"]) + shard
+    parallel = meta["parallel"]
+    experts = f" x ep={parallel['ep']}" if parallel.get("ep", 1) > 1 else ""
+    shard = (
+        f", parallel.shard={parallel['shard']}" if parallel.get("shard", "none") != "none" else ""
+    )
+    return shown_as("mesh", meta["mesh"]) + experts + shard
 
 
 def moved(found: Found, cfg: DictConfig) -> str:
@@ -379,8 +384,11 @@ def find(cfg: DictConfig) -> Found | None:
         raise ConfigError(
             "resume", f"no complete snapshot for resume={cfg.resume} under {cfg.checkpoint.dir}"
         )
-    # A requeued job continues its own: this model's on this layout, where there is one
-    found = [p for p in found if own(written(p), mine)] or found
+    # A requeued job continues its own: this model's on this layout, where there is one; else
+    # the newest of this model that this runner reads, on another layout (a new run)
+    same_model = [p for p in found if written(p).get("model") == mine["model"]]
+    others = [p for p in same_model if readable(written(p))]
+    found = [p for p in found if own(written(p), mine)] or others or same_model or found
     folder = found[-1]
     try:
         check_files(folder)
@@ -392,13 +400,13 @@ def find(cfg: DictConfig) -> Found | None:
         )
         raise ConfigError("resume", f"{folder} is broken ({broken}){previous}") from None
     meta = written(folder)
-    if meta["model"] != mine["model"]:
-        shown = [shown_as("model", meta["model"]), shown_as("model", mine["model"])]
+    if meta.get("model") != mine["model"]:
+        shown = [shown_as("model", meta.get("model")), shown_as("model", mine["model"])]
         raise ConfigError(
             "resume", f"{folder} holds another model: {shown[0]}, this job has {shown[1]}"
         )
     require(
-        meta.get("format") == BY_NAME,
+        readable(meta),
         "resume",
         f"{folder} was written by an earlier runner, which keyed stages and shares by position: "
         "resume it with that runner's version, or start afresh",

@@ -29,6 +29,7 @@ from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
 from runner.layouts.rules import batch_for_plan, check_layout
 from runner.mesh import DIMS, Mesh, resolve, shown_dims
+from runner.network.emulation import check_emulation
 from runner.planner.memory import memory_per_device_gib
 from runner.units import count
 
@@ -60,7 +61,9 @@ def check_fits(job: Job) -> None:
 def check_launch(cfg: DictConfig) -> None:
     """What the environment says must agree with the config: who starts the processes, how many."""
     launched = external_launcher() is not None
-    if cfg.hardware.nodes > 1:
+    if cfg.hardware.emulate_network.enabled:
+        check_emulation(cfg, launched)  # this host's ranks on every node, in namespaces
+    elif cfg.hardware.nodes > 1:
         require(
             launched,
             "hardware.nodes",

@@ -165,7 +165,7 @@ BAD = [
     (["parallel=ep"], "parallel.ep: this model has no experts"),
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
-    (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards over the dp r"),
+    (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards the replic"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
 ]

@@ -114,7 +114,7 @@ def test_the_stream_split_holds_what_korthikanti_counts(
 ) -> None:
     """The default decoder (s 64, b 32, h 128, a 4, 2 blocks, dropout 0.1) in fp32 on tp=2: what
     forward leaves for backward (activations_gib, malloc's bytes) against the formulas
-    (pred/activations_gib). Measured 32.9 MiB of 35 with tp alone, 29.9 of 30 with sp, 25.9 of 25
+    (pred/activations_gib). Measured 34.2 MiB of 35 with tp alone, 31.2 of 30 with sp, 27.1 of 25
     with sp and selective recomputation. What sp saves, sbh(10 - 10/t) a block at 16 bits (2.5
     MiB a block here), less what DTensor's column-parallel products keep and Megatron's do not:
     their all-gathered input, s*b*h whole rather than a t-th, twice a block (1 MiB a block here);

@@ -10,7 +10,7 @@ import pytest
 
 from runner import validate
 from runner.errors import JobFailed
-from runner.snapshots import SafeUnpickler, find, moved
+from runner.snapshots import SafeUnpickler, find, identity, moved
 from runner.tracking import RESUMED_FROM
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
@@ -105,14 +105,16 @@ def test_a_snapshot_of_another_model_is_refused_and_of_another_layout_starts_a_n
     other = run_dir.with_name("dp2")
     shutil.copytree(run_dir, other)
     mark = other / "step_00000010" / "runner.json"
-    mark.write_text(json.dumps(json.loads(mark.read_text()) | {"mesh": [1, 2, 1]}))
+    mark.write_text(json.dumps(json.loads(mark.read_text()) | identity(cfg)))
     assert find(cfg).run_id == "dp2"
-    cfg, _ = compose_job("model=ffnn", "resume=auto")
+    one, _ = compose_job("model=ffnn", "resume=auto")
+    validate.validate(one)
+    assert find(one).run_id == run_dir.name
+    # A snapshot keyed by position (an earlier runner's) is passed over, or refused when named
+    mark.write_text(json.dumps(json.loads(mark.read_text()) | {"format": 1}))
+    assert find(cfg).origin == f"{run_dir.name}/step_00000010"
+    cfg, _ = compose_job(*two[:-3], "resume=dp2/step_00000010", *two[-2:])
     validate.validate(cfg)
-    assert find(cfg).run_id == run_dir.name
-    cfg, _ = compose_job(*two)
-    validate.validate(cfg)
-    mark.write_text(json.dumps(json.loads(mark.read_text()) | {"format": 1}))  # keyed by position
     with pytest.raises(validate.ConfigError, match="written by an earlier runner"):
         find(cfg)
 

@@ -27,6 +27,15 @@ class LinkConfig:
 
 
 @dataclass
+class EmulatedNetwork:
+    """Nodes on emulated links on this Linux host (runner/network/emulation.py): each node's ranks
+    in a network namespace of their own, its link to the others shaped to the profile's
+    inter_node bandwidth."""
+
+    enabled: bool = False
+
+
+@dataclass
 class HardwareConfig:
     accelerator: str = "cpu"  # cpu (gloo) | gpu (nccl)
     devices: int | None = None  # processes (one per device) per node; None: what the mesh needs
@@ -60,6 +69,7 @@ class HardwareConfig:
     # Which tier each mesh dimension's traffic crosses: intra_node | inter_node | auto (by where
     # its ranks sit: tp innermost, then cp, dp, pp, devices-per-node ranks to a node).
     tiers: dict[str, str] = field(default_factory=lambda: dict.fromkeys(LINK_DIMS, "auto"))
+    emulate_network: EmulatedNetwork = field(default_factory=EmulatedNetwork)
 
 
 def check_hardware(hw: Any, train: bool) -> None:

@@ -41,9 +41,10 @@ class ParallelConfig:
     # before each column-parallel layer and a reduce-scatter after each row-parallel one replace
     # its all-reduce. Same bytes on the link, a tp-th of those activations held.
     sequence_parallel: bool = False
-    # Sharded data parallelism over the dp ranks (runner/layouts/sharded/): none = DDP, every
-    # replica holds everything; optimizer = ZeRO-1 (torch's ZeroRedundancyOptimizer: the
-    # optimizer state split); gradients = ZeRO-2 (FSDP2, weights kept from forward to the end of
-    # backward); full = ZeRO-3 / FSDP (weights gathered per block before use, freed after). One of
-    # runner.choices.SHARDS; with dp 1 there is nothing to shard over: it runs as none.
+    # Sharded data parallelism over the dp ranks and their cp ranks (runner/layouts/sharded/):
+    # none = DDP, every replica holds everything; optimizer = ZeRO-1 (torch's
+    # ZeroRedundancyOptimizer: the optimizer state split); gradients = ZeRO-2 (FSDP2, weights kept
+    # from forward to the end of backward); full = ZeRO-3 / FSDP (weights gathered per block
+    # before use, freed after). One of
+    # runner.choices.SHARDS; with dp x cp 1 there is nothing to shard over: it runs as none.
     shard: str = "none"

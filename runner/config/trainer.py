@@ -30,7 +30,8 @@ class TrainerConfig:
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (GPUs from Ampere on)
     # activations kept for backward, one of runner.choices.RECOMPUTE: none | full (each layer
     # keeps its input, re-runs its forward in backward) | selective (keeps matrix products',
-    # attention's and collectives' outputs; recomputes the rest): runner/models/recompute.py
+    # attention's, all-reduces' and reduce-scatters' outputs; recomputes the rest, all-gathers
+    # included): runner/models/recompute.py
     recompute: str = "none"
     # 0: off; N: a torch.profiler trace of one step in every N after warm-up, on every rank,
     # read as Holistic Trace Analysis reads it (runner/training/sampled_profile.py)

@@ -1,13 +1,14 @@
 """A Lightning strategy for a (pp, dp, cp, tp) device mesh, composed of one part per technique:
 the tensor split (runner/layouts/tensor/split.py), the context split (runner/layouts/context/
 split.py), replication over dp (runner/layouts/data/replicate.py) and sharding over dp
-(runner/layouts/sharded/shard.py). Alone it runs tensor and context parallelism, with data
-parallelism or sharded replicas or not; the pipeline strategy adds the stages.
+(runner/layouts/sharded/shard.py), each over the replicas' cp ranks too. Alone it runs tensor and
+context parallelism, with data parallelism or sharded replicas or not; the pipeline strategy adds
+the stages.
 
 It reuses DDPStrategy's process group, ranks and reductions. Where DDP would wrap the whole
 LightningModule, it splits the plain model over the mesh's tp dimension and replicates (or
-shards) it over the dp dimension only: DDP averages gradients between replicas, never between
-the shards of one layer.
+shards) it over the dp dimension (with cp's) only: DDP averages gradients between replicas,
+never between the shards of one layer.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from runner.models.spec import ModelSpec
 
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
     one_of(cfg.parallel.shard, "parallel.shard", SHARDS)
-    if mesh.dp > 1:
+    if mesh.size("dp") > 1:  # replicas, or their cp ranks, which sum gradients and shard too
         check_data(cfg, mesh)
     if mesh.pp > 1:
         check_pipeline(cfg, mesh)
@@ -233,8 +233,8 @@ def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
     )
     if cfg.mode == "train":
         require(  # a plan shards the rest (runner/job.py: Job.shard)
-            cfg.parallel.shard == "none" or mesh.dp == 1,
+            cfg.parallel.shard == "none",
             "parallel.shard",
-            "shards over the dp ranks alone when training, and parallel.ep places the experts "
-            "over them: use none",
+            "shards the replicas' state when training, and parallel.ep places the experts over "
+            "the replicas: use none",
         )

@@ -58,8 +58,12 @@ def run(
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["checkpoint"]["dir"] = str(Path(cfg.checkpoint.dir).resolve())  # for every rank
     if launches:
-        with recorded_run(cfg, choices, overrides, world, resumed, origin) as record:
-            return spawn(resolved, world, record, resume)
+        from runner.network.emulation import emulated, link_params
+
+        with emulated(cfg) as network:  # None but on an emulated network of nodes
+            params = link_params(network)
+            with recorded_run(cfg, choices, overrides, world, resumed, origin, params) as record:
+                return spawn(resolved, world, record, resume, network)
     if os.environ.get("MASTER_ADDR") in (LOOPBACK, "localhost"):
         bind_gloo_to_loopback()
     if global_rank() != 0:  # one rank among those torchrun or srun started: rank 0 records

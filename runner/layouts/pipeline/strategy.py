@@ -66,7 +66,7 @@ class PipelineStrategy(MeshStrategy):
         microbatch: tuple[int, int],  # samples per micro-batch, and tokens per sample (or 0)
         activations: torch.dtype,  # what autocast computes in: what stages send each other
         vocab_parallel: bool = False,  # parallel.vocab_parallel: the model's spec splits it
-        sequence: bool = False,  # parallel.sequence_parallel (one stage: gradient accumulation)
+        sequence: bool = False,  # parallel.sequence_parallel: stages hand on the split stream
         **kw: Any,
     ):
         split = plan_of(spec, vocab_parallel, sequence)

@@ -1,4 +1,5 @@
-"""Sharded data parallelism on the mesh's dp dimension, by torch's own implementations.
+"""Sharded data parallelism on the mesh's dp dimension (with its cp ranks, which sum gradients
+with the replicas: torchtitan's dp_shard_cp), by torch's own implementations.
 
 - `optimizer` (ZeRO-1): DDP as for `none`, and torch's ZeroRedundancyOptimizer: each replica keeps
   and steps the optimizer state of its share of the parameters, then broadcasts those parameters
@@ -92,9 +93,9 @@ def zero_optimizer(optimizer: Any, group: dist.ProcessGroup) -> ZeroOptimizer:
 
 class Sharding:
     """Sharding's part of a mesh: data-parallel replicas that split their state over the mesh's
-    dp dimension, at one level (parallel.shard). `optimizer` replicates by DDP (runner/layouts/
-    data/replicate.py) and splits the optimizer; `gradients` and `full` shard the model's units
-    (the spec's, found in the whole model before it is split) in DDP's place."""
+    dp dimension (and cp's), at one level (parallel.shard). `optimizer` replicates by DDP
+    (runner/layouts/data/replicate.py) and splits the optimizer; `gradients` and `full` shard the
+    model's units (the spec's, found in the whole model before it is split) in DDP's place."""
 
     def __init__(self, level: str, units: Callable[[nn.Module], list[nn.Module]]) -> None:
         self.level, self.units = level, units

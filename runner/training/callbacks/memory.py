@@ -126,7 +126,8 @@ class PeakMemory:
         self.step_base = self.in_use()
 
     def forward_ended(self) -> None:
-        """Forward's activations are all held, nothing of backward made yet."""
+        """Forward's activations are all held, nothing of backward made yet, and whatever the
+        step's start held (the last step's gradients) still held."""
         now = self.in_use()
         if now is not None and self.step_base is not None:
             self.held = now - self.step_base

@@ -298,6 +298,10 @@ class RankTiming(LoopTiming):
     def on_before_backward(self, *_: Any) -> None:
         self.steps[-1].before_backward = clock.stamp()
         self.memory.sample()  # forward's activations all held
+
+    def on_before_zero_grad(self, *_: Any) -> None:
+        # Forward is done and the last step's gradients are still held, as at the step's start:
+        # Lightning frees them next, before backward
         self.memory.forward_ended()
 
     def on_after_backward(self, *_: Any) -> None:

@@ -1,0 +1,1 @@
+"""Networks a run makes for itself: nodes on emulated links on one host (emulation.py)."""

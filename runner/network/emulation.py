@@ -1,0 +1,274 @@
+"""Nodes on emulated links, on one Linux host (`hardware.emulate_network.enabled`).
+
+Each node's ranks run in a network namespace of their own. The namespaces are joined by veth
+pairs through a bridge in a namespace of its own (the switch), and each node's egress is shaped by
+a token bucket (`tc ... tbf`) to the profile's `inter_node.bandwidth_gbs`; the profile's latency
+is added where the kernel has the `netem` queueing discipline (where it has not, the run says so
+and goes on with the rate alone). Ranks of one node reach each other on their namespace's own
+loopback: unshaped, as a node's own links are. Addresses come from 198.18.0.0/15, the range set
+aside for benchmarking networks (RFC 2544), inside the namespaces the run made: nothing outside
+them is ever addressed. The namespaces are named for the launcher's process and removed on every
+exit; ones left by a launcher that was killed (SIGKILL: no clean-up runs) are removed at the next
+start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from runner.errors import ConfigError, Stopped, require
+
+KEY = "hardware.emulate_network"
+PREFIX = "runner-"  # every namespace a run makes: runner-<launcher pid>-<node or "sw">
+SUBNET = "198.18.0"  # node n at 198.18.0.(n+1)/24
+PORT = 29500  # the ranks' rendezvous store, on node 0's address
+LINK = "eth0"  # each node's link, in its namespace
+CLONE_NEWNET = 0x40000000
+
+
+@dataclass(frozen=True)
+class Network:
+    """The emulated network of one run: what the launcher builds and each rank enters."""
+
+    key: str  # runner-<launcher pid>
+    nodes: int
+    per_node: int  # ranks on each node
+    rate_bits: int  # each node's egress, bits/s
+    latency_us: float
+
+    def namespace(self, node: int) -> str:
+        return f"{self.key}-n{node}"
+
+    @property
+    def switch(self) -> str:
+        return f"{self.key}-sw"
+
+    def address(self, node: int) -> str:
+        return f"{SUBNET}.{node + 1}"
+
+    def names(self) -> list[str]:
+        return [self.switch, *(self.namespace(n) for n in range(self.nodes))]
+
+
+def network_of(hw: Any, pid: int | None = None) -> Network:
+    """The network a job's hardware asks for, named for this process."""
+    link = hw.inter_node
+    return Network(
+        key=f"{PREFIX}{pid or os.getpid()}",
+        nodes=hw.nodes,
+        per_node=hw.devices,
+        rate_bits=round(link.bandwidth_gbs * 8e9),
+        latency_us=link.latency_us,
+    )
+
+
+def check_emulation(cfg: Any, launched: bool) -> None:
+    """What emulating the links needs, refused in one line before anything is made."""
+    hw = cfg.hardware
+    require(
+        hw.nodes > 1,
+        KEY,
+        f"emulates the links between nodes: needs hardware.nodes > 1, got {hw.nodes}",
+    )
+    require(
+        not launched,
+        KEY,
+        "the runner starts every node's ranks itself: run it without torchrun or srun",
+    )
+    require(
+        hw.accelerator == "cpu",
+        KEY,
+        "GPUs on one host reach each other over their own links, not the emulated ones: "
+        "hardware.accelerator=cpu",
+    )
+    uri = str(cfg.logger.tracking_uri)
+    require(
+        not uri.startswith(("http://", "https://")),
+        KEY,
+        f"ranks run inside network namespaces, where {uri} is out of reach: use a sqlite:/// "
+        "or file store",
+    )
+    require(os.uname().sysname == "Linux", KEY, "needs Linux's network namespaces")
+    tools = [t for t in ("ip", "tc") if shutil.which(t) is None]
+    require(
+        not tools, KEY, f"needs iproute2's {' and '.join(tools)} on PATH (apt-get install iproute2)"
+    )
+    require(
+        os.geteuid() == 0,
+        KEY,
+        "making network namespaces and shaping links needs root (CAP_NET_ADMIN and "
+        "CAP_SYS_ADMIN): run as root",
+    )
+
+
+def build_commands(net: Network) -> list[list[str]]:
+    """The ip commands that make the namespaces, the switch and each node's link (pure)."""
+    out = [["ip", "netns", "add", name] for name in net.names()]
+    out += [
+        ["ip", "-n", net.switch, "link", "add", "br0", "type", "bridge"],
+        ["ip", "-n", net.switch, "link", "set", "br0", "up"],
+    ]
+    for node in range(net.nodes):
+        ns, port = net.namespace(node), f"p{node}"
+        out += [
+            ["ip", "link", "add", LINK, "netns", ns, "type", "veth", "peer", "name", port,
+             "netns", net.switch],
+            ["ip", "-n", net.switch, "link", "set", port, "master", "br0"],
+            ["ip", "-n", net.switch, "link", "set", port, "up"],
+            ["ip", "-n", ns, "addr", "add", f"{net.address(node)}/24", "dev", LINK],
+            ["ip", "-n", ns, "link", "set", LINK, "up"],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+        ]  # fmt: skip
+    return out
+
+
+def shaping(net: Network, node: int, delay: bool) -> list[list[str]]:
+    """A node's egress: a token bucket at the link's rate, under a netem delay where `delay`.
+    The bucket holds 1 ms of the rate (at least two frames), its queue 100 ms."""
+    tc = ["tc", "-n", net.namespace(node), "qdisc", "add", "dev", LINK]
+    burst = max(net.rate_bits // 8 // 1000, 3028)
+    bucket = ["tbf", "rate", f"{net.rate_bits}bit", "burst", str(burst), "latency", "100ms"]
+    if not delay:
+        return [[*tc, "root", *bucket]]
+    return [
+        [*tc, "root", "handle", "1:", "netem", "delay", f"{net.latency_us:g}us"],
+        [*tc, "parent", "1:1", "handle", "10:", *bucket],
+    ]
+
+
+def run(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def failed(command: list[str], done: subprocess.CompletedProcess) -> ConfigError:
+    said = (done.stderr or done.stdout).strip().splitlines()
+    return ConfigError(KEY, f"`{' '.join(command)}` failed: {said[0] if said else done.returncode}")
+
+
+def has_netem(net: Network) -> bool:
+    """Whether this kernel has netem: tried on node 0's link, and taken off again."""
+    trial = shaping(net, 0, delay=True)[0]
+    if run(trial).returncode != 0:
+        return False
+    run(["tc", "-n", net.namespace(0), "qdisc", "del", "dev", LINK, "root"])
+    return True
+
+
+def build(net: Network) -> bool:
+    """Make the network; whether the latency is applied too (netem). On any failure what this
+    made is removed (a namespace of the same name that was there already is not) and the failure
+    raised in one line."""
+    made: list[str] = []
+    try:
+        for command in build_commands(net):
+            checked(command)
+            if command[:3] == ["ip", "netns", "add"]:
+                made.append(command[3])
+        delay = net.latency_us > 0 and has_netem(net)
+        for node in range(net.nodes):
+            for command in shaping(net, node, delay):
+                checked(command)
+    except BaseException:
+        remove(made)
+        raise
+    return delay
+
+
+def checked(command: list[str]) -> None:
+    done = run(command)
+    if done.returncode != 0:
+        raise failed(command, done)
+
+
+def remove(names: list[str]) -> None:
+    """Delete these namespaces (their links and bridge go with them); absent ones are skipped."""
+    for name in names:
+        run(["ip", "netns", "delete", name])
+
+
+def namespaces() -> list[str]:
+    done = run(["ip", "netns", "list"])
+    return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+
+
+def stale() -> list[str]:
+    """Namespaces of launchers that are gone: killed before their clean-up ran."""
+    out = []
+    for name in namespaces():
+        pid = name.removeprefix(PREFIX).split("-")[0]
+        if name.startswith(PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            out.append(name)
+    return out
+
+
+@contextlib.contextmanager
+def emulated(cfg: Any) -> Iterator[Network | None]:
+    """The job's emulated network while the body runs (None where it emulates none), its latency
+    0 where the kernel could not apply it; removed on every way out."""
+    if not cfg.hardware.emulate_network.enabled:
+        yield None
+        return
+    remove(stale())
+    net = network_of(cfg.hardware)
+    delay = build(net)
+    if not delay and net.latency_us > 0:
+        latency = f"without the {net.latency_us:g} us of latency (this kernel has no netem)"
+        net = replace(net, latency_us=0.0)
+    else:
+        latency = f"{net.latency_us:g} us of latency" if delay else "no latency"
+    print(
+        f"{KEY}: {net.nodes} nodes of {net.per_node} rank(s) in namespaces {net.key}-n*, links "
+        f"shaped to {net.rate_bits / 1e6:g} Mbit/s, {latency}",
+        flush=True,
+    )
+    previous = signal.signal(signal.SIGTERM, terminated)  # so that the clean-up runs
+    try:
+        yield net
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        remove(net.names())
+
+
+def terminated(signum: int, _: Any) -> None:
+    """SIGTERM while the network is up: raised, so that it is removed on the way out."""
+    raise Stopped(f"got signal {signum} ({signal.Signals(signum).name})")
+
+
+def link_params(net: Network | None) -> dict[str, str]:
+    """What MLflow records of the emulated link: its rate, and its latency or none."""
+    if net is None:
+        return {}
+    latency = f"{net.latency_us:g}" if net.latency_us else "none"
+    return {
+        "emulated_link.rate_mbit": f"{net.rate_bits / 1e6:g}",
+        "emulated_link.latency_us": latency,
+    }
+
+
+def enter(net: Network, rank: int) -> None:
+    """In a rank, before its process group forms: into its node's namespace, with the rendezvous
+    on node 0's address and gloo on the node's link."""
+    node = rank // net.per_node
+    with open(f"/run/netns/{net.namespace(node)}") as handle:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {net.namespace(node)} failed")
+    os.environ.update(
+        MASTER_ADDR=net.address(0),
+        MASTER_PORT=str(PORT),
+        TORCHELASTIC_USE_AGENT_STORE="False",  # the launcher's store is out of reach
+        GLOO_SOCKET_IFNAME=LINK,
+        # one launcher started every node's ranks: each is told its node, as torchrun's would be
+        LOCAL_RANK=str(rank % net.per_node),
+        LOCAL_WORLD_SIZE=str(net.per_node),
+        GROUP_RANK=str(node),
+        NODE_RANK=str(node),
+    )
