@@ -17,9 +17,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +34,8 @@ SUBNET = "198.18.0"  # node n at 198.18.0.(n+1)/24
 PORT = 29500  # the ranks' rendezvous store, on node 0's address
 LINK = "eth0"  # each node's link, in its namespace
 CLONE_NEWNET = 0x40000000
+MADE: set[str] = set()  # the namespaces this process made and has not removed
+NETNS_DIR = "/var/run/netns"  # where `ip netns add` keeps a namespace (iproute2's NETNS_RUN_DIR)
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,12 @@ def check_emulation(cfg: Any, launched: bool) -> None:
     )
     uri = str(cfg.logger.tracking_uri)
     require(
-        not uri.startswith(("http://", "https://")),
+        uri.startswith(("sqlite:", "file:")) or "://" not in uri,
         KEY,
         f"ranks run inside network namespaces, where {uri} is out of reach: use a sqlite:/// "
         "or file store",
     )
-    require(os.uname().sysname == "Linux", KEY, "needs Linux's network namespaces")
+    require(platform.system() == "Linux", KEY, "needs Linux's network namespaces")
     tools = [t for t in ("ip", "tc") if shutil.which(t) is None]
     require(
         not tools, KEY, f"needs iproute2's {' and '.join(tools)} on PATH (apt-get install iproute2)"
@@ -131,19 +135,22 @@ def build_commands(net: Network) -> list[list[str]]:
 
 
 def shaping(net: Network, node: int, delay: bool) -> list[list[str]]:
-    """A node's egress: a token bucket at the link's rate, under a netem delay where `delay`.
-    The bucket holds 1 ms of the rate, at least 16 KiB: with a bucket of a frame or two every
-    frame waits for the qdisc's timer, which a busy host fires late (gloo then delivered 0.84 of
-    20 Mbit/s beside the suite's other tests). Its queue holds 100 ms."""
+    """A node's egress: the link's token bucket, under a netem delay where `delay`."""
     tc = ["tc", "-n", net.namespace(node), "qdisc", "add", "dev", LINK]
-    burst = max(net.rate_bits // 8 // 1000, 16384)
-    bucket = ["tbf", "rate", f"{net.rate_bits}bit", "burst", str(burst), "latency", "100ms"]
     if not delay:
-        return [[*tc, "root", *bucket]]
+        return [[*tc, "root", *bucket(net)]]
     return [
         [*tc, "root", "handle", "1:", "netem", "delay", f"{net.latency_us:g}us"],
-        [*tc, "parent", "1:1", "handle", "10:", *bucket],
+        [*tc, "parent", "1:1", "handle", "10:", *bucket(net)],
     ]
+
+
+def bucket(net: Network) -> list[str]:
+    """The token bucket at the link's rate: 1 ms of the rate, at least 16 KiB, as its burst (with
+    a frame or two every frame waits for the qdisc's timer, which a busy host fires late: gloo
+    then delivered 0.84 of 20 Mbit/s beside the suite's other tests); 100 ms as its queue."""
+    burst = max(net.rate_bits // 8 // 1000, 16384)
+    return ["tbf", "rate", f"{net.rate_bits}bit", "burst", str(burst), "latency", "100ms"]
 
 
 def run(command: list[str]) -> subprocess.CompletedProcess:
@@ -174,6 +181,7 @@ def build(net: Network) -> bool:
             checked(command)
             if command[:3] == ["ip", "netns", "add"]:
                 made.append(command[3])
+                MADE.add(command[3])
         delay = net.latency_us > 0 and has_netem(net)
         for node in range(net.nodes):
             for command in shaping(net, node, delay):
@@ -194,6 +202,7 @@ def remove(names: list[str]) -> None:
     """Delete these namespaces (their links and bridge go with them); absent ones are skipped."""
     for name in names:
         run(["ip", "netns", "delete", name])
+        MADE.discard(name)
 
 
 def namespaces() -> list[str]:
@@ -214,29 +223,43 @@ def stale() -> list[str]:
 @contextlib.contextmanager
 def emulated(cfg: Any) -> Iterator[Network | None]:
     """The job's emulated network while the body runs (None where it emulates none), its latency
-    0 where the kernel could not apply it; removed on every way out."""
+    0 where the kernel could not apply it; removed on every way out, a SIGTERM's included."""
     if not cfg.hardware.emulate_network.enabled:
         yield None
         return
-    remove(stale())
     net = network_of(cfg.hardware)
-    delay = build(net)
-    if not delay and net.latency_us > 0:
-        latency = f"without the {net.latency_us:g} us of latency (this kernel has no netem)"
-        net = replace(net, latency_us=0.0)
-    else:
-        latency = f"{net.latency_us:g} us of latency" if delay else "no latency"
-    print(
-        f"{KEY}: {net.nodes} nodes of {net.per_node} rank(s) in namespaces {net.key}-n*, links "
-        f"shaped to {net.rate_bits / 1e6:g} Mbit/s, {latency}",
-        flush=True,
-    )
-    previous = signal.signal(signal.SIGTERM, terminated)  # so that the clean-up runs
+    # Left by a launcher that is gone, or by an earlier job of this process (a sweep's)
+    remove([*stale(), *(MADE & set(namespaces()))])
+    with sigterm_raises():
+        try:
+            delay = build(net)
+            if not delay and net.latency_us > 0:
+                latency = f"without the {net.latency_us:g} us of latency (no netem here)"
+                net = replace(net, latency_us=0.0)
+            else:
+                latency = f"{net.latency_us:g} us of latency" if delay else "no latency"
+            print(
+                f"{KEY}: {net.nodes} nodes of {net.per_node} rank(s) in namespaces {net.key}-n*, "
+                f"links shaped to {net.rate_bits / 1e6:g} Mbit/s, {latency}",
+                flush=True,
+            )
+            yield net
+        finally:  # what this made: a namespace of the same name that was there stays
+            remove([name for name in net.names() if name in MADE])
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raised as an exception while the body runs (on the main thread, where a handler
+    can be set), so that the clean-up runs; the handler before it put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        yield net
+        yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        remove(net.names())
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def terminated(signum: int, _: Any) -> None:
@@ -259,7 +282,7 @@ def enter(net: Network, rank: int) -> None:
     """In a rank, before its process group forms: into its node's namespace, with the rendezvous
     on node 0's address and gloo on the node's link."""
     node = rank // net.per_node
-    with open(f"/run/netns/{net.namespace(node)}") as handle:
+    with open(f"{NETNS_DIR}/{net.namespace(node)}") as handle:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.setns(handle.fileno(), CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), f"setns into {net.namespace(node)} failed")
@@ -272,5 +295,6 @@ def enter(net: Network, rank: int) -> None:
         LOCAL_RANK=str(rank % net.per_node),
         LOCAL_WORLD_SIZE=str(net.per_node),
         GROUP_RANK=str(node),
+        GROUP_WORLD_SIZE=str(net.nodes),
         NODE_RANK=str(node),
     )
