@@ -386,9 +386,10 @@ def find(cfg: DictConfig) -> Found | None:
         )
     # A requeued job continues its own: this model's on this layout, where there is one; else
     # the newest of this model that this runner reads, on another layout (a new run)
-    same_model = [p for p in found if written(p).get("model") == mine["model"]]
-    others = [p for p in same_model if readable(written(p))]
-    found = [p for p in found if own(written(p), mine)] or others or same_model or found
+    marks = {p: written(p) for p in found}  # each snapshot's runner.json, read once
+    same_model = [p for p in found if marks[p].get("model") == mine["model"]]
+    others = [p for p in same_model if readable(marks[p])]
+    found = [p for p in found if own(marks[p], mine)] or others or same_model or found
     folder = found[-1]
     try:
         check_files(folder)
@@ -399,7 +400,7 @@ def find(cfg: DictConfig) -> Found | None:
             else ""
         )
         raise ConfigError("resume", f"{folder} is broken ({broken}){previous}") from None
-    meta = written(folder)
+    meta = marks[folder]
     if meta.get("model") != mine["model"]:
         shown = [shown_as("model", meta.get("model")), shown_as("model", mine["model"])]
         raise ConfigError(

@@ -62,11 +62,11 @@ class Network:
         return [self.switch, *(self.namespace(n) for n in range(self.nodes))]
 
 
-def network_of(hw: Any, pid: int | None = None) -> Network:
+def network_of(hw: Any) -> Network:
     """The network a job's hardware asks for, named for this process."""
     link = hw.inter_node
     return Network(
-        key=f"{PREFIX}{pid or os.getpid()}",
+        key=f"{PREFIX}{os.getpid()}",
         nodes=hw.nodes,
         per_node=hw.devices,
         rate_bits=round(link.bandwidth_gbs * 8e9),
