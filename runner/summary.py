@@ -11,6 +11,7 @@ from collections.abc import Callable
 from mlflow import MlflowClient
 
 from runner.metrics import COST, IDLE_FRACTION, THROUGHPUT, TRAIN_LOSS
+from runner.stragglers import TAG as STRAGGLER
 from runner.tracking import children
 
 HEADLINE: tuple[tuple[str, Callable[[float], str]], ...] = (  # (metric, how it reads)
@@ -58,6 +59,8 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
     lines = [f"run {run.info.run_name} ({run_id}): {run.info.status}"]
     figures = figures_line(client, run_id, run.data.metrics)
     lines += [f"  {figures}"] if figures else []
+    if STRAGGLER in run.data.tags:
+        lines += [f"  straggler: {run.data.tags[STRAGGLER]}"]
     shown = page(run.info.experiment_id, run_id)
     print("\n".join(lines + where(tracking_uri, experiment, shown)), file=sys.stderr, flush=True)
 

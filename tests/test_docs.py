@@ -44,8 +44,12 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 RUNNER = ("python", "-m", "runner")
 # Sections that another test runs: tests/test_extending.py writes the toy model before its commands.
-# tests/test_studies.py runs the studies.
-COVERED_ELSEWHERE = {"extending.md": "## Add a model", "studies.md": "## The studies"}
+# tests/test_studies.py runs the studies, tests/test_network.py the network study.
+COVERED_ELSEWHERE = {
+    "extending.md": "## Add a model",
+    "studies.md": "## The studies",
+    "network.md": "## The study: idle time as the link narrows",
+}
 # Appended to each command, unless it sets the key itself (Hydra keeps the last value of a key).
 SHORTEN = [
     "trainer.max_steps=3",

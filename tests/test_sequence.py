@@ -9,6 +9,7 @@ import pytest
 
 from runner import validate
 from runner.job import resolve_job
+from runner.layouts.pipeline.traffic import tied_share
 from runner.planner import predict
 from runner.planner.memory import activation_bytes, memory_per_device_gib
 from tests.helpers.in_process import Cli
@@ -89,8 +90,8 @@ def test_the_planner_splits_what_lies_between_the_split_layers(recompute: str) -
 
 
 def test_gpt3_fits_an_h100_with_sequence_parallelism_and_not_without() -> None:
-    """docs/planner.md's plan: 82.7 GiB a device without it, 43.3 GiB with it; the step 2.214 s
-    and 2.179 s, each stage sending the next an eighth of what it did."""
+    """docs/planner.md's plan: 82.7 GiB a device without it, 43.3 GiB with it; the step 2.222 s
+    and 2.187 s, each stage sending the next an eighth of what it did."""
     totals, predicted = {}, {}
     for sp in (False, True):
         cfg, _ = compose_job(
@@ -103,9 +104,10 @@ def test_gpt3_fits_an_h100_with_sequence_parallelism_and_not_without() -> None:
         predicted[sp] = predict(resolve_job(cfg))
     assert totals == {False: 82.7, True: 43.3}
     steps = [round(predicted[sp]["pred/step_time_s"], 3) for sp in (False, True)]
-    assert steps == [2.214, 2.179]
+    assert steps == [2.222, 2.187]
     pp = "pred/comm_bytes_per_step/pp"
-    assert predicted[True][pp] == predicted[False][pp] / 8
+    tied, _ = tied_share(resolve_job(cfg))  # the embedding's sum, which sp does not split
+    assert predicted[True][pp] - tied == pytest.approx((predicted[False][pp] - tied) / 8)
 
 
 @pytest.mark.slow

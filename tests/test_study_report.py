@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from runner.config.study import StudyConfig
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, LOST_STEPS, PLAN_FITS, THROUGHPUT
+from runner.study_report import ranks, spearman
 from runner.sweep_run import end_parent, start_parent
 from runner.tracking import NESTED_TAG
 
@@ -60,9 +61,11 @@ def test_the_answer_table_and_charts_are_the_jobs_own_numbers(
 
     said = (
         "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: schedule=gpipe falls from"
-        " 40% to 15%; bubble_fraction_theory within 6.67 pts at every point."
+        " 40% to 15%; bubble_fraction_theory within 6.67 pts at every point, its ranking of the"
+        " points against the measured one: Spearman 1.00."
         " throughput_samples_per_s, as parallel.microbatches goes 2 → 8: schedule=gpipe rises"
-        " from 100 samples/s to 200 samples/s; ideal_scaling within 200 samples/s at every point."
+        " from 100 samples/s to 200 samples/s; ideal_scaling within 200 samples/s at every point,"
+        " at most 100% off, its ranking of the points against the measured one: Spearman 1.00."
         " 1 of 5 jobs do not fit: #5 (parallel.microbatches=32 schedule=gpipe)."
         " 1 of 5 jobs ended FAILED: #4 (parallel.microbatches=16 schedule=gpipe)."
     )
@@ -113,3 +116,9 @@ def test_failures_on_purpose_count_and_repeats_are_averaged(
         " 1 of 5 jobs ended FINISHED: #5 (checkpoint.every_n_steps=4)." in report
     )
     assert "| #2 | 2 | 5 | FAILED | 1 | 1 | +0 |" in report
+
+
+def test_spearman_ranks_ties_at_their_mean_rank() -> None:
+    assert ranks([5.0, 1.0, 5.0, 3.0]) == [2.5, 0.0, 2.5, 1.0]
+    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)  # 1 - 6*2/(4*15)

@@ -33,6 +33,9 @@ class EmulatedNetwork:
     inter_node bandwidth."""
 
     enabled: bool = False
+    # Nodes whose link is shaped to slow_share of the others' rate: a straggler the run names
+    slow_nodes: list[int] = field(default_factory=list)
+    slow_share: float = 0.25
 
 
 @dataclass
@@ -72,6 +75,12 @@ class HardwareConfig:
     emulate_network: EmulatedNetwork = field(default_factory=EmulatedNetwork)
 
 
+def processes_per_host(hw: Any) -> int:
+    """The processes that share a host's cores: a node's, or on an emulated network every
+    node's (they all run on this host)."""
+    return hw.devices * (hw.nodes if hw.emulate_network.enabled else 1)
+
+
 def check_hardware(hw: Any, train: bool) -> None:
     positive(hw, "hardware", "nodes")
     one_of(hw.accelerator, "hardware.accelerator", ACCELERATORS)
@@ -79,12 +88,38 @@ def check_hardware(hw: Any, train: bool) -> None:
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
     require(hw.cores is None or hw.cores > 0, "hardware.cores", "must be positive or null")
     require(hw.devices is None or hw.devices > 0, "hardware.devices", "must be positive or null")
+    check_slow_nodes(hw)
     if hw.accelerator == "gpu" and train:
         import torch  # only when a GPU is asked for: the CPU path stays free of heavy imports
 
         require(
             torch.cuda.is_available(), "hardware.accelerator", "gpu, but no CUDA device is visible"
         )
+
+
+def check_slow_nodes(hw: Any) -> None:
+    net, key = hw.emulate_network, "hardware.emulate_network"
+    slow = list(net.slow_nodes)
+    require(
+        not slow or net.enabled,
+        f"{key}.slow_nodes",
+        f"slows emulated links: needs {key}.enabled=true",
+    )
+    require(
+        all(0 <= n < hw.nodes for n in slow) and len(set(slow)) == len(slow),
+        f"{key}.slow_nodes",
+        f"distinct nodes from 0 to {hw.nodes - 1} (hardware.nodes={hw.nodes}), got {slow}",
+    )
+    require(
+        len(slow) < hw.nodes,
+        f"{key}.slow_nodes",
+        "a node slower than the others: not every node",
+    )
+    require(
+        0 < net.slow_share < 1,
+        f"{key}.slow_share",
+        f"the share of the rate a slow node's link gets, between 0 and 1, got {net.slow_share}",
+    )
 
 
 def missing(node: Any, prefix: str, *names: str) -> None:

@@ -89,9 +89,10 @@ class Schedule:
     optimizer: tuple[float, float]
     actions: list[Action] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)  # the strategy's own collectives
-    sent_bytes: int = 0  # P2P payload this rank sent
+    sent_bytes: int = 0  # what this rank handed pp's link: P2P sends, a tied weight's sum
     # Each batch of P2P sends from its launch to the end of the wait for it: an upper bound of its
-    # time on the wire (the peer may post its receive late), for the bandwidth it delivered.
+    # time on the wire (the peer may post its receive late), for the bandwidth it delivered; and
+    # the tied weight's sum.
     sends: list[Transfer] = field(default_factory=list)
 
     def settled(self, seconds: Seconds) -> Schedule:

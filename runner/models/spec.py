@@ -157,6 +157,10 @@ class ModelSpec:
         """The shared weight as a stage holds it, or None."""
         return None
 
+    def tied_elements(self, m: Cfg, tp: int, vocab_tp: bool) -> int:
+        """The shared weight's elements on one tensor-parallel rank (0: none shared)."""
+        return 0
+
     # --- tensor parallelism ---
     def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
         require(False, "parallel.tp", f"model {self.name} has no layer to split")

@@ -24,6 +24,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from runner.errors import ConfigError, Stopped, require
@@ -35,7 +36,11 @@ PORT = 29500  # the ranks' rendezvous store, on node 0's address
 LINK = "eth0"  # each node's link, in its namespace
 CLONE_NEWNET = 0x40000000
 MADE: set[str] = set()  # the namespaces this process made and has not removed
+QUEUE_BYTES = 4 * 2**20  # a link's queue at least: Linux's largest TCP send buffer (tcp_wmem)
 NETNS_DIR = "/var/run/netns"  # where `ip netns add` keeps a namespace (iproute2's NETNS_RUN_DIR)
+# Root of a user namespace of one's own, unprivileged, where the kernel allows one
+UNSHARE = "unshare --user --map-root-user --net --mount python -m runner"
+own_namespaces_ready = False  # in a user namespace: NETNS_DIR private, loopback up
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class Network:
     per_node: int  # ranks on each node
     rate_bits: int  # each node's egress, bits/s
     latency_us: float
+    slow: tuple[int, ...] = ()  # nodes whose egress is shaped to slow_share of rate_bits
+    slow_share: float = 1.0
 
     def namespace(self, node: int) -> str:
         return f"{self.key}-n{node}"
@@ -61,6 +68,10 @@ class Network:
     def names(self) -> list[str]:
         return [self.switch, *(self.namespace(n) for n in range(self.nodes))]
 
+    def rate_of(self, node: int) -> int:
+        """A node's egress, bits/s: a slow node's a share of the others'."""
+        return round(self.rate_bits * self.slow_share) if node in self.slow else self.rate_bits
+
 
 def network_of(hw: Any) -> Network:
     """The network a job's hardware asks for, named for this process."""
@@ -71,6 +82,8 @@ def network_of(hw: Any) -> Network:
         per_node=hw.devices,
         rate_bits=round(link.bandwidth_gbs * 8e9),
         latency_us=link.latency_us,
+        slow=tuple(hw.emulate_network.slow_nodes),
+        slow_share=hw.emulate_network.slow_share,
     )
 
 
@@ -105,12 +118,56 @@ def check_emulation(cfg: Any, launched: bool) -> None:
     require(
         not tools, KEY, f"needs iproute2's {' and '.join(tools)} on PATH (apt-get install iproute2)"
     )
-    require(
-        os.geteuid() == 0,
-        KEY,
-        "making network namespaces and shaping links needs root (CAP_NET_ADMIN and "
-        "CAP_SYS_ADMIN): run as root",
-    )
+    require(os.geteuid() == 0, KEY, without_root())
+
+
+def without_root() -> str:
+    """What a user who is not root can do: be root of a user namespace of their own, where the
+    kernel allows one (unprivileged; its own network and mount namespaces with it)."""
+    need = "making network namespaces and shaping links needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN)"
+    if user_namespaces_allowed():
+        return f"{need}: run as root, or as root of a user namespace of your own: {UNSHARE} ..."
+    return f"{need}: run as root (this kernel allows no user namespaces: user.max_user_namespaces)"
+
+
+def user_namespaces_allowed() -> bool:
+    try:
+        return int(Path("/proc/sys/user/max_user_namespaces").read_text()) > 0
+    except (OSError, ValueError):
+        return False
+
+
+def in_user_namespace() -> bool:
+    """Whether this process is root of a user namespace of its own (unshare --user
+    --map-root-user), not the host's: its uid map is not the whole of the host's."""
+    try:
+        return Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
+def make_own_namespaces_usable() -> None:
+    """As root of a user namespace (UNSHARE): the host's /var/run/netns is not its to write, so a
+    private tmpfs over it, in the mount namespace that goes with the process; and its network
+    namespace's loopback up (a new one starts down), where the launcher's store listens. Once a
+    process: a sweep's later jobs find both."""
+    global own_namespaces_ready
+    if own_namespaces_ready or not in_user_namespace():
+        return
+    # Where no namespace was ever made the folder is missing, and its parent is not ours to write
+    private = NETNS_DIR if os.path.isdir(NETNS_DIR) else os.path.dirname(NETNS_DIR)
+    for command in (
+        ["mount", "-t", "tmpfs", "runner-netns", private],
+        ["ip", "link", "set", "lo", "up"],
+    ):
+        done = run(command)
+        if done.returncode != 0:
+            raise ConfigError(
+                KEY,
+                f"in a user namespace it needs network and mount namespaces of its own too "
+                f"({UNSHARE}): {why(command, done)}",
+            )
+    own_namespaces_ready = True
 
 
 def build_commands(net: Network) -> list[list[str]]:
@@ -138,19 +195,23 @@ def shaping(net: Network, node: int, delay: bool) -> list[list[str]]:
     """A node's egress: the link's token bucket, under a netem delay where `delay`."""
     tc = ["tc", "-n", net.namespace(node), "qdisc", "add", "dev", LINK]
     if not delay:
-        return [[*tc, "root", *bucket(net)]]
+        return [[*tc, "root", *bucket(net.rate_of(node))]]
     return [
         [*tc, "root", "handle", "1:", "netem", "delay", f"{net.latency_us:g}us"],
-        [*tc, "parent", "1:1", "handle", "10:", *bucket(net)],
+        [*tc, "parent", "1:1", "handle", "10:", *bucket(net.rate_of(node))],
     ]
 
 
-def bucket(net: Network) -> list[str]:
+def bucket(rate_bits: int) -> list[str]:
     """The token bucket at the link's rate: 1 ms of the rate, at least 16 KiB, as its burst (with
     a frame or two every frame waits for the qdisc's timer, which a busy host fires late: gloo
-    then delivered 0.84 of 20 Mbit/s beside the suite's other tests); 100 ms as its queue."""
-    burst = max(net.rate_bits // 8 // 1000, 16384)
-    return ["tbf", "rate", f"{net.rate_bits}bit", "burst", str(burst), "latency", "100ms"]
+    then delivered 0.84 of 20 Mbit/s beside the suite's other tests). Its queue: 100 ms of the
+    rate, at least TCP's largest send buffer (tcp_wmem's 4 MiB), so that a lone flow's window is
+    never dropped: a 100 ms queue at 20 Mbit/s (250 kB) dropped gloo's, which then delivered 0.76
+    of the rate rather than 0.92."""
+    burst = max(rate_bits // 8 // 1000, 16384)
+    queue = max(rate_bits // 8 // 10, QUEUE_BYTES)
+    return ["tbf", "rate", f"{rate_bits}bit", "burst", str(burst), "limit", str(queue)]
 
 
 def run(command: list[str]) -> subprocess.CompletedProcess:
@@ -158,8 +219,12 @@ def run(command: list[str]) -> subprocess.CompletedProcess:
 
 
 def failed(command: list[str], done: subprocess.CompletedProcess) -> ConfigError:
+    return ConfigError(KEY, why(command, done))
+
+
+def why(command: list[str], done: subprocess.CompletedProcess) -> str:
     said = (done.stderr or done.stdout).strip().splitlines()
-    return ConfigError(KEY, f"`{' '.join(command)}` failed: {said[0] if said else done.returncode}")
+    return f"`{' '.join(command)}` failed: {said[0] if said else done.returncode}"
 
 
 def has_netem(net: Network) -> bool:
@@ -228,6 +293,7 @@ def emulated(cfg: Any) -> Iterator[Network | None]:
         yield None
         return
     net = network_of(cfg.hardware)
+    make_own_namespaces_usable()
     # Left by a launcher that is gone, or by an earlier job of this process (a sweep's)
     remove([*stale(), *(MADE & set(namespaces()))])
     with sigterm_raises():
@@ -238,9 +304,10 @@ def emulated(cfg: Any) -> Iterator[Network | None]:
                 net = replace(net, latency_us=0.0)
             else:
                 latency = f"{net.latency_us:g} us of latency" if delay else "no latency"
+            slow = "".join(f", node {n}'s to {net.rate_of(n) / 1e6:g} Mbit/s" for n in net.slow)
             print(
                 f"{KEY}: {net.nodes} nodes of {net.per_node} rank(s) in namespaces {net.key}-n*, "
-                f"links shaped to {net.rate_bits / 1e6:g} Mbit/s, {latency}",
+                f"links shaped to {net.rate_bits / 1e6:g} Mbit/s{slow}, {latency}",
                 flush=True,
             )
             yield net
@@ -272,10 +339,14 @@ def link_params(net: Network | None) -> dict[str, str]:
     if net is None:
         return {}
     latency = f"{net.latency_us:g}" if net.latency_us else "none"
-    return {
+    params = {
         "emulated_link.rate_mbit": f"{net.rate_bits / 1e6:g}",
         "emulated_link.latency_us": latency,
     }
+    if net.slow:
+        params["emulated_link.slow_nodes"] = ",".join(map(str, net.slow))
+        params["emulated_link.slow_rate_mbit"] = f"{net.rate_of(net.slow[0]) / 1e6:g}"
+    return params
 
 
 def enter(net: Network, rank: int) -> None:

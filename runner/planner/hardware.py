@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 
 from runner.config import HardwareConfig, LinkConfig
+from runner.config.hardware import processes_per_host
 from runner.mesh import RANKS_OF, Mesh
 
 
 def device_share(hw: HardwareConfig) -> int:
-    """On a CPU the profile describes the host, whose cores and power its processes share."""
-    return hw.devices if hw.accelerator == "cpu" else 1
+    """On a CPU the profile describes the host, whose cores and power its processes share (on an
+    emulated network, every node's)."""
+    return processes_per_host(hw) if hw.accelerator == "cpu" else 1
 
 
 def flops_per_device(hw: HardwareConfig, dtype: str) -> float:
@@ -25,7 +27,7 @@ def software_stretch(hw: HardwareConfig) -> float:
     if hw.accelerator != "cpu":
         return 1.0
     cores = hw.cores or len(os.sched_getaffinity(0))
-    return max(1.0, hw.devices / cores)
+    return max(1.0, processes_per_host(hw) / cores)
 
 
 def power_per_device_w(hw: HardwareConfig) -> float:

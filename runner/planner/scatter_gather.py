@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from runner.job import Job
+from runner.layouts.pipeline.traffic import tied_share
 from runner.layouts.traffic import Traffic
 
 
@@ -16,10 +17,11 @@ def scatter_gather(job: Job, moved: Traffic) -> Traffic:
     t = job.mesh.tp
     if t < 2 or "pp" not in moved.payload:
         return moved
-    sent = moved.payload["pp"]
+    tied, sums = tied_share(job)  # the first and last stage's sum of a tied weight: as it was
+    sent = moved.payload["pp"] - tied
     # Each rank all-gathers what it receives (as much as it sends). An all-gather of S bytes over
     # t ranks puts (t-1)/t * S on each rank's wire, the planner prices tp payloads as all-reduces
     # (2(t-1)/t of the payload): so S/2 of all-reduce payload, one call per receive.
-    payload = moved.payload | {"pp": sent / t, "tp": moved.payload.get("tp", 0.0) + sent / 2}
-    calls = moved.calls | {"tp": moved.calls.get("tp", 0.0) + moved.calls["pp"]}
+    payload = moved.payload | {"pp": sent / t + tied, "tp": moved.payload.get("tp", 0.0) + sent / 2}
+    calls = moved.calls | {"tp": moved.calls.get("tp", 0.0) + moved.calls["pp"] - sums}
     return replace(moved, payload=payload, calls=calls)

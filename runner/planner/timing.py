@@ -8,16 +8,18 @@ weight gradients), four for the blocks under full recomputation, per micro-batch
 profile's compute_efficiency (the share of compute time matrix products take). The model's FLOPs
 for MFU are counted apart (6 per parameter and token, Kaplan et al. 2020; attention besides).
 Communication: tensor-parallel and pipeline transfers sit between the computations that need
-them, so all of their time counts. DDP all-reduces a bucket while backward computes the next, so
-data-parallel time shows only where it outlasts the last micro-batch's backward, and never less
-than the last bucket's, which starts when backward ends. Sharded data parallelism
-(parallel.shard, runner/layouts/sharded/traffic.py): ZeRO-1's all-reduce as DDP's, its broadcast
-after the step whole; FSDP's gathers before the first layer computes (the root's and the first
-layer's) and its last reduce-scatters (theirs, after backward) whole, the rest hidden up to the
-compute beside them: the first micro-batch's forward for forward all-gathers, the last one's
-backward for backward all-gathers and reduce-scatters. Context parallelism's ring sends keys and
-values while attention computes on the ones it holds (runner/layouts/context/ring.py): its time
-shows where it outlasts the attention's products, forward and backward.
+them, so all of their time counts (over gloo, a pipeline's on the step's path: pipeline_s), and
+so does the sum of a tied weight's gradient between a pipeline's ends. DDP all-reduces a bucket
+while backward computes the next, so data-parallel time shows only where it outlasts the last
+micro-batch's backward, and never less than the last bucket's, which starts when backward ends.
+Sharded data parallelism (parallel.shard, runner/layouts/sharded/traffic.py): ZeRO-1's
+all-reduce as DDP's, its broadcast after the step whole; FSDP's gathers before the first layer
+computes (the root's and the first layer's) and its last reduce-scatters (theirs, after
+backward) whole, the rest hidden up to the compute beside them: the first micro-batch's forward
+for forward all-gathers, the last one's backward for backward all-gathers and reduce-scatters.
+Context parallelism's ring sends keys and values while attention computes on the ones it holds
+(runner/layouts/context/ring.py): its time shows where it outlasts the attention's products,
+forward and backward.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from runner.job import Job
 from runner.layouts.context.traffic import ring_phases
+from runner.layouts.pipeline.traffic import message_bytes, tied_bytes, tied_share
 from runner.layouts.sharded.traffic import Collective, collectives
 from runner.layouts.traffic import Traffic
 from runner.mesh import P2P_DIMS
@@ -211,7 +214,26 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
         if dim == "cp":  # the ring's sends run beside attention's products
             exposed[dim] = ring_s(job, link)
             hidden[dim] = total - exposed[dim]
+        if dim == "pp":
+            exposed[dim] = pipeline_s(job, link, traffic)
     return exposed, hidden
+
+
+def pipeline_s(job: Job, link: Any, traffic: Traffic) -> float:
+    """A pipeline's transfers on the step's path, and the first and last stage's sum of a tied
+    weight's gradient. NCCL's sends: a rank's own, each between the computations that need it.
+    Gloo's: a TCP pair carries a send only once its peer has posted the receive, and that notice
+    waits behind what the peer is sending the other way; so a boundary's transfers run one after
+    another, both ways (measured at 40 Mbit/s: 52 ms each for 262 kB, 2m of them a step): the
+    busiest boundary's 2m, and the others' first forward and last backward."""
+    tied, sums = tied_share(job)
+    sent, calls = traffic.payload["pp"] - tied, traffic.calls["pp"] - sums
+    if job.hardware.accelerator == "cpu":
+        messages, m = message_bytes(job), job.parallel.microbatches
+        share = sent / (2 * m * sum(messages) / job.mesh.pp)  # 1/tp under plan.scatter_gather
+        calls = 2 * (m + len(messages) - 1)
+        sent = calls * max(messages) * share
+    return transfer_s(link, calls, sent) + (transfer_s(link, 1, tied_bytes(job)) if tied else 0.0)
 
 
 def ring_s(job: Job, link: Any) -> float:

@@ -28,6 +28,7 @@ from runner.allocator import keep_freed_memory
 from runner.cluster import exit_on_sigterm, global_rank, world_size
 from runner.compat.lightning import replace_sigterm_handling
 from runner.compat.process_group import set_default_timeout
+from runner.config.hardware import processes_per_host
 from runner.config.logger import store_uri
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
@@ -51,12 +52,16 @@ from runner.validate import ConfigError
 
 def set_process(cfg: DictConfig) -> None:
     """Threads per rank, unless hardware.threads_per_rank says: the cores a launcher bound this
-    rank to (torchrun, srun --cpu-bind), else cores / ranks on this node (runner/threads.py); on a
-    crowded CPU timings mean nothing. And malloc keeping what a step frees for the next
-    (runner/allocator.py)."""
+    rank to (torchrun, srun --cpu-bind), else cores / ranks on this host (on an emulated network,
+    every node's); on a crowded CPU timings mean nothing. And malloc keeping what a step frees for
+    the next (runner/allocator.py)."""
     quiet_third_parties()
-    threads = cfg.hardware.threads_per_rank or this_rank_threads(cfg.hardware.devices)
+    hw = cfg.hardware
+    threads = hw.threads_per_rank or this_rank_threads(processes_per_host(hw))
     torch.set_num_threads(threads)
+    # Lightning's launcher sets its own (cores / a node's ranks) unless this says: on an emulated
+    # network every node shares this host, and its ranks computed 2.5x slower
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     if cfg.hardware.keep_freed_memory:
         keep_freed_memory()
 

@@ -17,6 +17,7 @@ from runner.mesh import mesh_of
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, MFU, STEP_TIME, THROUGHPUT
 from runner.pictures import Span, rank_timeline
 from runner.planner import mfu, predict
+from runner.stragglers import TAG, straggler
 from runner.tracking import Run, client_of
 from runner.training.sampled_profile import merged_trace
 
@@ -77,6 +78,9 @@ def record_training(
     if job is not None:
         figures = figures | predict(job) | measured_mfu(job, figures)
     run.log_metrics(figures)
+    slowest = straggler(figures, world, cfg.hardware.devices)
+    if slowest is not None:
+        run.client.set_tag(run_id, TAG, slowest.line())
     warmup, steps = cfg.trainer.warmup_steps, cfg.trainer.max_steps
     if steps <= warmup:  # a short run: nothing timed after warm-up
         print(f"note: all {steps} steps were warm-up (trainer.warmup_steps={warmup}): step time, "

@@ -182,8 +182,11 @@ class PipelineStrategy(MeshStrategy):
         start = clock.stamp()
         grad = self.held(self.spec.tied_weight(part)).grad
         # Split over the vocabulary, each tp rank sums its own rows' shard with its peer's.
-        dist.all_reduce(grad.to_local() if isinstance(grad, DTensor) else grad, group=self.tied)
-        return [Transfer("", "all-reduce", start, clock.stamp())]
+        local = grad.to_local() if isinstance(grad, DTensor) else grad
+        dist.all_reduce(local, group=self.tied)
+        return [
+            Transfer("pp", "all-reduce", start, clock.stamp(), local.numel() * local.element_size())
+        ]
 
     def _from_last_stage(self, loss: torch.Tensor) -> tuple[torch.Tensor, list[Transfer]]:
         """Only the last stage computes the loss; every rank gets it (rank 0 logs it)."""
@@ -223,8 +226,8 @@ class PipelineStrategy(MeshStrategy):
             (window_end, optimizer_end),
             actions,
             [*syncs, *broadcast],
-            sent,
-            sends,
+            sent + sum(t.nbytes for t in syncs),  # the tied weight's sum crosses pp's link too
+            [*sends, *syncs],
         )
         # With data-parallel replicas (and context-parallel ranks), the mean of theirs: the loss
         # of the global batch.

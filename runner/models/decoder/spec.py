@@ -175,6 +175,9 @@ class DecoderSpec(ModelSpec):
     def tied_weight(self, stage: Any) -> Any:
         return stage.embed.weight if stage.embed is not None else None
 
+    def tied_elements(self, m: Cfg, tp: int, vocab_tp: bool) -> int:
+        return vocab_rows(m, tp, vocab_tp) * m["d_model"]
+
     def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
         heads, d = m["n_heads"], m["d_model"]
         require(heads % tp == 0, "model.n_heads", f"{heads} heads do not split into tp={tp}")
