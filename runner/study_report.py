@@ -8,7 +8,6 @@ or do not fit marked). The study's block (runner/config/study.py) says what to c
 from __future__ import annotations
 
 import math
-import statistics
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -310,18 +309,10 @@ def ranked(pairs: list[tuple[float, float]], shown: Shown) -> str:
         if shown.unit == "%" or 0 in got
         else (f", at most {100 * max(abs(p / m - 1) for m, p in pairs):.0f}% off")
     )
-    rho = spearman(got, guess)
+    from scipy.stats import spearmanr  # as mode=report ranks them; only once a sweep has ended
+
+    rho = spearmanr(got, guess).statistic
     return f"{off}, its ranking of the points against the measured one: Spearman {rho:.2f}"
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman's rank correlation: Pearson's of the ranks (ties their mean rank)."""
-    return statistics.correlation(ranks(a), ranks(b))
-
-
-def ranks(values: Sequence[float]) -> list[float]:
-    order = sorted(values)
-    return [order.index(v) + (order.count(v) - 1) / 2 for v in values]
 
 
 def sentence(figure: str, jobs: list[Job], study: Mapping[str, Any]) -> str | None:

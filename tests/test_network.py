@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from scipy.stats import spearmanr
 
 from runner import validate
 from runner.network import emulation
 from runner.network.delivered import delivered_gbs
 from runner.network.emulation import PREFIX, emulated, namespaces
 from runner.stragglers import TAG
-from runner.study_report import spearman
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, REPOSITORY, compose_job
 from tests.helpers.records import all_runs, losses_by_step
@@ -184,7 +184,7 @@ def test_the_network_study_is_planned_within_a_fifth_and_ranked_as_measured(
     this busy host's cores decide too (beside test_sharded.py data parallelism read 0.80 of its
     plan at 40 Mbit/s and tensor parallelism 0.57 at 80): there benchmarks/network.py holds every
     job to 20% on a quiet host, and here the planner must rank them. It orders all 9 as measured;
-    idle rises as the link narrows, measured and planned; the rate changes no loss."""
+    idle time rises as the link narrows, measured and planned; the rate changes no loss."""
     short = [o for o in SHORT if not o.startswith("trainer.max_steps=")]  # 3 steps timed, not 2
     job = [*short, "trainer.max_steps=4", "data.batch_size=16"]
     a = run_study(cli, tmp_path, seeded, "network", *job)
@@ -195,10 +195,12 @@ def test_the_network_study_is_planned_within_a_fifth_and_ranked_as_measured(
     for number, (got, guess) in enumerate(zip(measured, planned, strict=True)):
         if number % 3 == 0:  # 20 Mbit/s
             assert 0.8 <= guess / got <= 1.2, (a.jobs[number].data.tags["parallel"], got, guess)
-    assert spearman(measured, planned) >= 0.9, (measured, planned)
+    assert spearmanr(measured, planned).statistic >= 0.9, (measured, planned)
     assert "Spearman" in a.said.split("idle_fraction")[0]
     for i in range(0, 9, 3):  # a layout's three rates, narrowest first
-        for key in ("idle_fraction", "pred/idle_fraction"):
+        # In seconds: near saturation the measured share can tie (dp read 87% at 20 Mbit/s, 88%
+        # at 40, beside other tests: a rank blocked on a slow link's sends counts as working)
+        for key in ("idle_time_s", "pred/idle_fraction"):
             idle = a.metric(key)[i : i + 3]
             assert idle[0] > idle[1] > idle[2], (key, a.jobs[i].data.tags["parallel"], idle)
         losses = a.metric("train_loss")[i : i + 3]

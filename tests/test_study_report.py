@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 
 from runner.config.study import StudyConfig
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, LOST_STEPS, PLAN_FITS, THROUGHPUT
-from runner.study_report import ranks, spearman
 from runner.sweep_run import end_parent, start_parent
 from runner.tracking import NESTED_TAG
 
@@ -116,9 +115,3 @@ def test_failures_on_purpose_count_and_repeats_are_averaged(
         " 1 of 5 jobs ended FINISHED: #5 (checkpoint.every_n_steps=4)." in report
     )
     assert "| #2 | 2 | 5 | FAILED | 1 | 1 | +0 |" in report
-
-
-def test_spearman_ranks_ties_at_their_mean_rank() -> None:
-    assert ranks([5.0, 1.0, 5.0, 3.0]) == [2.5, 0.0, 2.5, 1.0]
-    assert spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
-    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)  # 1 - 6*2/(4*15)
