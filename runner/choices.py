@@ -10,7 +10,7 @@ LOSSES = ("cross_entropy", "mse", "half_mse", "bce")
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # schedules that drive several stages per rank
-MODES = ("train", "example", "plan", "calibrate", "report")
+MODES = ("train", "example", "plan", "search", "calibrate", "report")
 # Lightning's names; runner/precision.py says what each means for memory, traffic and FLOP/s.
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 # trainer.recompute: what each layer keeps for backward (runner/models/recompute.py)

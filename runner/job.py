@@ -9,12 +9,13 @@ been checked: every size is a number then. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config import HardwareConfig, ParallelConfig, PlanConfig, TrainerConfig
+from runner.memo import shared, stage_key
 from runner.mesh import Mesh, mesh_of
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
@@ -34,6 +35,8 @@ class Job:
     trainer: TrainerConfig
     plan: PlanConfig  # mode=plan's settings (dtype, recomputation, duration)
     stages: list[range]  # each pipeline stage's layers (one stage without a pipeline)
+    # What jobs of one search share (runner/memo.py); None: nothing kept
+    memo: dict[Any, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def batch_size(self) -> int:
@@ -61,6 +64,7 @@ class Job:
         tensor-parallel ranks (parallel.sequence_parallel)."""
         return self.parallel.sequence_parallel and self.mesh.tp > 1 and self.spec.sequence
 
+    @shared(key=lambda job, index, experts=True: stage_key(job, index, experts))
     def stage_tensors(self, index: int, experts: bool = True) -> list[int]:
         """Stage `index`'s parameter tensors on one rank: its layers split over tp, a mixture of
         experts' experts over ep (`experts` false: without them, what DDP all-reduces)."""

@@ -368,6 +368,29 @@ PLAN_DEVICE_MEMORY = planned(
 )
 PLAN_FITS = planned("fits", "", "1 if the job fits in a device's memory, else 0", PLAN)
 
+# --- mode=search: which layout ---
+
+SEARCH = "runner.modes.search"
+
+
+def searched(name: str, unit: str, meaning: str) -> Metric:
+    return entry(name, unit, meaning, SEARCH, "search")
+
+
+SEARCH_LAYOUTS = searched("search/layouts", COUNT, "layouts searched, the refused included")
+SEARCH_SECONDS = searched("search/seconds", SECONDS, "the search's time, the record aside")
+SEARCH_FIT = searched("search/fit", COUNT, "layouts that pass the rules and fit")
+SEARCH_BY_RULES = searched("search/refused_by_rules", COUNT, "layouts a layout rule refused")
+SEARCH_BY_MEMORY = searched("search/refused_by_memory", COUNT, "layouts too large for a device")
+SEARCH_BEST = {  # the best layout's planned figures, by the Priced field that holds each
+    "step_time_s": searched("best/step_time_s", SECONDS, "the best layout's step time"),
+    "mfu": searched("best/mfu", FRACTION, "the best layout's model FLOPs utilization"),
+    "memory_gib": searched("best/memory_gib", GIB, "the best layout's memory per device"),
+    "bubble": searched("best/bubble_fraction", FRACTION, "the best layout's bubble, in theory"),
+    "hours": searched("best/hours", HOURS, "the best layout's duration (as mode=plan's)"),
+    "cost_usd": searched("best/cost_usd", USD, "the best layout's energy price"),
+}
+
 # --- mode=calibrate: this host measured ---
 
 

@@ -23,6 +23,7 @@ from runner.config.faults import check_fault
 from runner.config.hardware import check_hardware, check_profile
 from runner.config.logger import check_tracking
 from runner.config.plan import check_plan
+from runner.config.search import check_search
 from runner.config.study import check_study
 from runner.config.trainer import check_precision, check_recompute, check_trainer
 from runner.errors import ConfigError, one_of, require
@@ -89,7 +90,25 @@ def resolve_mesh(cfg: DictConfig) -> Mesh:
     check_hardware(cfg.hardware, cfg.mode == "train")  # the devices asked for exist here
     if external_launcher() == "srun":
         check_srun_tasks(cfg)
+    if cfg.mode == "search":
+        search_base(cfg)
     return resolve(cfg, started_processes() if external_launcher() else None)
+
+
+def search_base(cfg: DictConfig) -> None:
+    """mode=search sets the layout itself (runner/search/): the config's parallel group is set
+    to plain data parallelism over every device, the base its layouts vary."""
+    p = cfg.parallel
+    p.dp, p.pp, p.tp, p.cp, p.ep, p.microbatches = None, 1, 1, 1, 1, 1
+    p.schedule, p.virtual_stages, p.split, p.shard, p.sequence_parallel = (
+        "1f1b",
+        1,
+        None,
+        "none",
+        False,
+    )
+    require(cfg.hardware.devices is not None, "hardware.devices",
+            "mode=search needs a node's devices (null: the mesh's, which it chooses)")  # fmt: skip
 
 
 def check_srun_tasks(cfg: DictConfig) -> None:
@@ -124,7 +143,8 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     """Every rule, in order; the job resolved on the way (None for a model of the user's)."""
     if cfg.mode == "plan":
         batch_for_plan(cfg, mesh)
-    check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
+    if cfg.mode != "search":  # a search asks the layout rules of every layout it tries
+        check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
     check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
     check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
     check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode == "train")
@@ -137,8 +157,10 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     check_data(cfg.data, job.spec.output_activation(job.model) if job else None)
     if cfg.mode == "example":
         check_example(cfg.example)
-    elif cfg.mode == "plan":
+    elif cfg.mode in ("plan", "search"):
         check_plan(cfg.plan, cfg.model)
+        if cfg.mode == "search":
+            check_search(cfg.search)
     elif cfg.mode == "train":
         require(
             not cfg.plan.scatter_gather,

@@ -20,6 +20,7 @@ from runner.config.hardware import HardwareConfig, LinkConfig
 from runner.config.logger import LoggerConfig
 from runner.config.parallel import ParallelConfig
 from runner.config.plan import PlanConfig, ReportConfig
+from runner.config.search import SearchConfig
 from runner.config.study import StudyConfig
 from runner.config.trainer import TrainerConfig
 from runner.errors import require
@@ -42,6 +43,7 @@ class Config:
     mode: str = "train"  # one of runner.choices.MODES
     example: ExampleConfig | None = None
     plan: PlanConfig = field(default_factory=PlanConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     fault: FaultConfig = field(default_factory=FaultConfig)
     dist: DistConfig = field(default_factory=DistConfig)

@@ -10,6 +10,7 @@ products run closer to peak, which is why large runs reach a higher share of it 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -43,6 +44,14 @@ def seconds(
     g: Gemm, peak: float, points: Sequence[Sequence[float]], bandwidth: float | None, elem: int
 ) -> float:
     """One forward product (all its `count`) at `peak` FLOP/s and `bandwidth` bytes/s."""
+    curve = points if isinstance(points, tuple) else tuple(map(tuple, points))
+    return _seconds(g, peak, curve, bandwidth, elem)
+
+
+@functools.lru_cache(maxsize=2**16)  # a model's blocks repeat a few shapes; a search, its layouts
+def _seconds(
+    g: Gemm, peak: float, points: tuple[tuple[float, ...], ...], bandwidth: float | None, elem: int
+) -> float:
     rate = peak * curve_share(points, size(g))
     if bandwidth:
         rate = min(rate, intensity(g, elem) * bandwidth)

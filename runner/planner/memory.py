@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from runner.job import Job
 from runner.layouts.sharded.traffic import regathers, units
+from runner.memo import shared, stages_key
 from runner.models.spec import Activations
 from runner.precision import PARAM_BYTES, precision_of
 
@@ -32,6 +33,7 @@ def optimizer_bytes_per_param(optimizer: str) -> int:
     return 8 if optimizer == "adamw" else 0  # two fp32 moments
 
 
+@shared(key=lambda job, experts=True: stages_key(job, experts))
 def params_per_device(job: Job, experts: bool = True) -> int:
     """The most any rank holds: its stages' parameters, tensor-parallel layers split, a mixture
     of experts' experts placed over ep (`experts` false: without them)."""
@@ -61,6 +63,7 @@ def activation_bytes(job: Job) -> float:
     return job.spec.activation_bytes(job.model, held)
 
 
+@shared(key=lambda job: stages_key(job, job.mesh.size("dp")))
 def weights_held(job: Job) -> float:
     """The most fp32 weights any rank holds at once under ZeRO-3 (the module's docstring)."""
     n, held = job.mesh.size("dp"), [0.0] * job.mesh.pp
@@ -70,6 +73,7 @@ def weights_held(job: Job) -> float:
     return max(held)
 
 
+@shared(key=stages_key)
 def largest_unit(job: Job) -> int:
     """FSDP's largest unit on any rank, in parameters: backward makes its whole gradients, and the
     reduce-scatter copies them into its input before they are freed (two of it at once)."""

@@ -32,6 +32,7 @@ from runner.layouts.context.traffic import ring_phases
 from runner.layouts.pipeline.traffic import message_bytes, tied_bytes, tied_share
 from runner.layouts.sharded.traffic import Collective, collectives
 from runner.layouts.traffic import Traffic
+from runner.memo import shared, stage_key, stages_key
 from runner.mesh import P2P_DIMS
 from runner.planner import gemm
 from runner.planner.hardware import device_share, software_stretch, tier, transfer_s
@@ -80,7 +81,7 @@ class Rates:
     bandwidth (bytes/s; None: no roofline), bytes per element. A CPU's devices share the host."""
 
     peak: float
-    curve: list[list[float]]
+    curve: tuple[tuple[float, ...], ...]
     bandwidth: float | None
     elem: int
 
@@ -91,7 +92,7 @@ class Rates:
         bandwidth = hw.memory_bandwidth_gbs
         return cls(
             peak=hw.peak_tflops[precision.compute] * 1e12 / share,
-            curve=list(hw.gemm_efficiency.get(precision.compute, [])),
+            curve=tuple(map(tuple, hw.gemm_efficiency.get(precision.compute, []))),
             bandwidth=bandwidth * 1e9 / share if bandwidth else None,
             elem=precision.activation_bytes,
         )
@@ -101,6 +102,11 @@ def micro_samples(job: Job) -> int:
     return job.batch_size // (job.mesh.dp * job.microbatches)
 
 
+@shared(
+    key=lambda job, index, rates: stage_key(
+        job, index, micro_samples(job), job.mesh.cp, job.trainer.recompute, rates
+    )
+)
 def stage_s(job: Job, index: int, rates: Rates) -> float:
     """One micro-batch through one stage on one tensor rank: forward, backward, recomputation."""
     full = job.trainer.recompute == "full"
@@ -130,15 +136,25 @@ def stage_products(job: Job, index: int) -> list[Any] | None:
 def attention_s(job: Job) -> float:
     """The busiest pipeline rank's attention products in one forward pass of a step (backward
     runs two of their size): what a ring attention's exchanges run beside."""
-    rates = Rates.of(job)
+    busiest = max(rank_attention_s(job, Rates.of(job)))
+    return busiest * job.microbatches / job.hardware.compute_efficiency
+
+
+def per_micro_batch(job: Job, rates: Rates) -> tuple[Any, ...]:
+    """What a rank's products for one micro-batch depend on."""
+    return stages_key(job, micro_samples(job), job.mesh.cp, job.trainer.recompute, rates)
+
+
+@shared(key=per_micro_batch)
+def rank_attention_s(job: Job, rates: Rates) -> list[float]:
+    """Each pipeline rank's attention products for one micro-batch, forward."""
 
     def stage(i: int) -> float:
         products = [g for g in stage_products(job, i) or [] if g.attention]
         return sum(gemm.seconds(g, rates.peak, rates.curve, rates.bandwidth, rates.elem)
                    for g in products)  # fmt: skip
 
-    busiest = max(by_rank(job, [stage(i) for i in range(len(job.stages))]))
-    return busiest * job.microbatches / job.hardware.compute_efficiency
+    return by_rank(job, [stage(i) for i in range(len(job.stages))])
 
 
 def by_rank(job: Job, per_stage: list[float]) -> list[float]:
@@ -146,6 +162,7 @@ def by_rank(job: Job, per_stage: list[float]) -> list[float]:
     return [sum(per_stage[r :: job.mesh.pp]) for r in range(job.mesh.pp)]
 
 
+@shared(key=per_micro_batch)
 def rank_products_s(job: Job, rates: Rates) -> list[float]:
     """Each pipeline rank's matrix products for one micro-batch."""
     return by_rank(job, [stage_s(job, i, rates) for i in range(len(job.stages))])

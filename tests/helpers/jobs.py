@@ -78,3 +78,15 @@ def planned(*overrides: str) -> dict[str, Any]:
     cfg, _ = compose_job(*overrides)
     validate.validate(cfg)
     return plan(resolve_job(cfg))
+
+
+def searched(*overrides: str) -> Any:
+    """What mode=search finds for the job (runner/modes/search.py: search), without a run."""
+    from runner import validate
+    from runner.config.search import SearchConfig
+    from runner.job import resolve_job, typed
+    from runner.modes.search import search
+
+    cfg, _ = compose_job("mode=search", *overrides)
+    validate.validate(cfg)
+    return search(cfg, resolve_job(cfg), typed(SearchConfig, cfg.search))

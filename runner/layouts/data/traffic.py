@@ -9,6 +9,7 @@ from statistics import fmean
 
 from runner.job import Job
 from runner.layouts.traffic import Traffic
+from runner.memo import shared, stage_key, stages_key
 from runner.precision import PARAM_BYTES
 
 
@@ -31,6 +32,14 @@ def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
     return len(buckets(tensor_bytes, cap_mb))
 
 
+@shared(key=lambda job, index, placed: stage_key(job, index, placed, job.parallel.bucket_cap_mb))
+def stage_buckets(job: Job, index: int, placed: bool) -> list[int]:
+    """A stage's DDP buckets (`placed`: a mixture of experts' experts left to ep)."""
+    tensors = job.stage_tensors(index, experts=not placed)
+    return buckets([n * PARAM_BYTES for n in tensors], job.parallel.bucket_cap_mb)
+
+
+@shared(key=lambda job: stages_key(job, job.mesh.size("dp"), job.shard, job.parallel.bucket_cap_mb))
 def traffic(job: Job) -> Traffic:
     mesh, stages, elem = job.mesh, job.stages, PARAM_BYTES
     if mesh.size("dp") < 2 or job.shard in ("gradients", "full"):
@@ -38,8 +47,7 @@ def traffic(job: Job) -> Traffic:
     placed = mesh.ep > 1  # DDP leaves the experts to expert parallelism
     per_stage = [job.stage_tensors(i, experts=not placed) for i in range(len(stages))]
     payload = sum(sum(t) for t in per_stage) * elem / mesh.pp  # every gradient a rank holds, once
-    cap = job.parallel.bucket_cap_mb
-    per_bucket = [buckets([n * elem for n in t], cap) for t in per_stage]
+    per_bucket = [stage_buckets(job, i, placed) for i in range(len(stages))]
     calls = fmean(len(b) for b in per_bucket)
     tail = fmean(b[-1] for b in per_bucket)
     if placed and mesh.size("dp") // mesh.ep > 1:

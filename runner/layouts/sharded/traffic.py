@@ -23,6 +23,7 @@ from statistics import fmean
 
 from runner.job import Job
 from runner.layouts.traffic import Traffic
+from runner.memo import shared, stage_key, stages_key
 from runner.models.spec import ModelSpec
 from runner.precision import PARAM_BYTES
 
@@ -57,6 +58,7 @@ class Units:
         return (self.root > 0) + len(self.layers)
 
 
+@shared(key=stage_key)
 def units(job: Job, index: int) -> Units:
     """Stage `index`'s units. The root is what the stage holds beyond its layers (what `ends`
     adds: the decoder's tied embedding), or everything for a model without units."""
@@ -88,6 +90,7 @@ class Collective:
     edge_calls: float = 0.0
 
 
+@shared(key=lambda job: stages_key(job, job.shard, regathers(job)))
 def collectives(job: Job) -> list[Collective]:
     """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py)."""
     shard, pp = job.shard, job.mesh.pp
