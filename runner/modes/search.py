@@ -86,7 +86,7 @@ def table(best: list[Priced], objective: str) -> str:
     head = ["#", "layout", "step (s)", "MFU", "memory (GiB)", "bubble", "bound"]
     rows = [
         [str(i + 1), p.layout.words(), f"{p.step_time_s:.4g}", f"{p.mfu:.1%}",
-         f"{p.memory_gib:.1f}", f"{p.bubble:.3f}", p.bound]
+         f"{p.memory_gib:.3g}", f"{p.bubble:.3f}", p.bound]
         + ([extra[1](p)] if extra else [])
         for i, p in enumerate(best)
     ]  # fmt: skip
