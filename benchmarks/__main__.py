@@ -18,7 +18,15 @@ from pathlib import Path
 
 from benchmarks.common import machine
 
-BENCHMARKS = ["overhead", "system_metrics", "startup", "pipeline_bubble", "network", "search"]
+BENCHMARKS = [
+    "overhead",
+    "system_metrics",
+    "startup",
+    "pipeline_bubble",
+    "network",
+    "search",
+    "memory_peak",
+]
 RESULT = re.compile(r"^(?P<name>.+): (?P<value>[-+0-9.]+) \(target (?P<target>.+)\)$")
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 MARKERS = ("<!-- bench -->", "<!-- /bench -->")
