@@ -14,6 +14,7 @@ from runner.layouts.pipeline.traffic import pipeline_bubble
 from runner.planner.memory import in_flight, memory_per_device_gib
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
+from tests.helpers.metrics import assert_peak_as_planned
 from tests.helpers.processes import cli_job
 from tests.helpers.records import all_runs, loss_series
 
@@ -89,6 +90,8 @@ def test_micro_batches_hold_less_memory_as_the_planner_says(tmp_path: Path) -> N
         metrics[m], losses[m] = run.data.metrics, loss_series(uri, run.info.run_id)
     assert losses[4] == pytest.approx(losses[1], rel=RELATIVE)
     whole, micro = metrics[1], metrics[4]
+    for figures in (whole, micro):  # the peak: backward's start, earlier micro-batches' gradients
+        assert_peak_as_planned(figures)
     # The planner's activations of one micro-batch rather than four; measured, the process's
     # peak resident memory (runner/training/callbacks/memory.py) drops by about as much.
     predicted = whole["pred/peak_memory_gib"] - micro["pred/peak_memory_gib"]

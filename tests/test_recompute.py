@@ -72,8 +72,9 @@ def test_the_planner_counts_what_autograd_holds_for_backward() -> None:
     # The default decoder (batch 32, sequence 64, d_model 128, 4 heads, 2 blocks, dropout 0.1)
     # in fp32. One block without recomputation is Korthikanti's (34 + 5as/h) sbh bytes at 16 bits
     # (22 MiB here), the logits' log-probabilities 16 MiB. Measured: none 56.2 MiB of 60
-    # predicted, selective 44.1 of 50 (the attention's scores, softmax and dropout mask
-    # recomputed), full 20.1 MiB of 18: the spec's full figure is the peak of backward, which
+    # predicted, selective 44.1 of 42 (what the policy keeps: a block's input, its products'
+    # outputs and the scores' product), full 20.1 MiB of 18: the spec's full figure is the
+    # peak of backward, which
     # also holds one block's whole set while it recomputes; at the end of forward that set is
     # not there yet. What the planner does not count: the embedding's dropout mask and the
     # output layer's input (1.3 MiB), under its rounding of Korthikanti's 34 (12 sbh saved of

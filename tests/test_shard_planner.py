@@ -132,8 +132,11 @@ def test_memory_falls_level_by_level() -> None:
         level: plan(job_of(*deeper, f"parallel.shard={level}"))["mem_per_device_gib"]
         for level in ("none", "optimizer", "gradients", "full")
     }
-    totals = [m["total"] for m in mem.values()]
-    assert totals == sorted(totals, reverse=True) and len(set(totals)) == 4
+    # The peak is backward's start, before any gradient is made: ZeRO-2's shards of them do not
+    # lower it, and its weights gathered beside their shards raise it above ZeRO-1's (measured
+    # so: 51.6 and 58.1 MiB, benchmarks/memory_peak.py). ZeRO-3 gathers two blocks at a time.
+    peak = {level: m["total"] for level, m in mem.items()}
+    assert peak["none"] > peak["gradients"] > peak["optimizer"] > peak["full"]
     params = EMB + layers * BLOCK
     assert mem["none"]["optimizer_state"] == pytest.approx(8 * params / GIB)  # AdamW's moments
     assert mem["optimizer"]["optimizer_state"] == pytest.approx(8 * params / 4 / GIB)

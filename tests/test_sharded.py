@@ -145,16 +145,15 @@ def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
     runs = {r.data.params["parallel.shard"]: r for r in parallel_runs(store)}
     m = {level: run.data.metrics for level, run in runs.items()}
     # The CPU's counterpart of CUDA's peak (runner/training/callbacks/memory.py): malloc's bytes
-    # in use at the step's sampled points. The planner holds every part at once: its peak bounds
-    # the measured one from above. Activations are freed as gradients are made: all but them is
-    # what the rank holds at backward's end, a bound from below.
+    # in use at the step's sampled points, against the planner's peak as the step holds it
+    # (runner/planner/memory.py: backward's start here, before any gradient is made).
     for level, metrics in m.items():
         cfg, _ = compose_job(*WIDE, f"parallel.shard={level}")
         validate.validate(cfg)
         parts = memory_per_device_gib(resolve_job(cfg))
         assert metrics["pred/peak_memory_gib"] == pytest.approx(parts["total"])
-        low, high = parts["total"] - parts["activations"], parts["total"]
-        assert low < metrics["peak_allocated_gib"] < high, (level, low, metrics, high)
+        ratio = parts["total"] / metrics["peak_allocated_gib"]
+        assert 0.85 < ratio < 1.15, (level, parts, metrics["peak_allocated_gib"])
     # Levels the planner tells apart (peaks 5 % or more apart) are measured in its order. (Here
     # it gives ZeRO-1 and ZeRO-3 the same peak: FSDP's gathered units outweigh the shards saved.)
     peaks = {k: (v["pred/peak_memory_gib"], v["peak_allocated_gib"]) for k, v in m.items()}

@@ -34,6 +34,9 @@ class Activations:
     vocab_tp: bool = False  # the vocabulary split over the tp ranks (parallel.vocab_parallel)
     sequence: bool = False  # what lies between the split layers split along the sequence too
     cp: int = 1  # context-parallel ranks: each holds seq_len / cp of every sample's positions
+    # Attention by a fused kernel that keeps no scores (torch's flash and memory-efficient SDPA:
+    # on a GPU always, on a CPU without dropout); false: the math path, which keeps them
+    fused_attention: bool = False
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,9 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          f" = {out[PLAN_WORLD_SIZE.name]} devices"),
         ("parameters", f"{out[PLAN_PARAMS.name]:,}"
          f" ({_parts(out[PLAN_PARAMS_BY_COMPONENT.group])})"),
-        ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f}"
-         f" ({'fits' if out[PLAN_FITS.name] else 'DOES NOT FIT'}): weights {mem['weights']:,.2f},"
+        ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f} at"
+         f" its peak ({'fits' if out[PLAN_FITS.name] else 'DOES NOT FIT'}); each part at its most:"
+         f" weights {mem['weights']:,.2f},"
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),

@@ -16,6 +16,16 @@ prefetched: the largest two) - with several micro-batches the runtime keeps them
 gradients does. Both add one unit's whole gradients twice, as backward makes them and as the
 reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight
 is saved for backward, which freeing the fp32 weight does not free.
+
+The peak follows the step rather than adding every part at once. Weights and optimizer state are
+resident from the first step on. Activations are held from forward until backward frees them
+layer by layer as it makes the gradients, so a step peaks at one of three moments: backward's
+start (every activation in flight, autocast's 16-bit weight copies and the last layer's weight
+gradient, the loss's gradient taking the place of the log-probabilities it frees; with several
+micro-batches also the gradients earlier ones made), backward's end (every gradient), or the
+optimizer's step (every gradient and the optimizer's temporaries: torch's fused AdamW on a GPU
+keeps none; its foreach path, taken by DTensor parameters, one of the rank's parameters; its
+per-tensor path on a CPU, two of the largest tensor's).
 """
 
 from __future__ import annotations
@@ -48,7 +58,11 @@ def in_flight(job: Job) -> int:
 
 
 def activation_bytes(job: Job) -> float:
-    held = Activations(
+    return job.spec.activation_bytes(job.model, activations_held(job))
+
+
+def activations_held(job: Job) -> Activations:
+    return Activations(
         micro=job.batch_size // (job.mesh.dp * job.microbatches),
         seq_len=job.data.get("seq_len", 0),
         layers=max(len(s) for s in job.stages),
@@ -59,8 +73,8 @@ def activation_bytes(job: Job) -> float:
         vocab_tp=job.vocab_tp,
         sequence=job.sequence,
         cp=job.mesh.cp,
+        fused_attention=job.hardware.accelerator != "cpu" or not job.model.get("dropout", 0),
     )
-    return job.spec.activation_bytes(job.model, held)
 
 
 @shared(key=lambda job: stages_key(job, job.mesh.size("dp")))
@@ -81,6 +95,42 @@ def largest_unit(job: Job) -> int:
 
 
 def memory_per_device_gib(job: Job) -> dict[str, float]:
+    """Each part at its most, and the step's peak ("total": the moment they add up most)."""
+    parts = held_parts_gib(job)
+    return parts | {"total": peak_gib(job, parts)}
+
+
+def peak_gib(job: Job, parts: dict[str, float]) -> float:
+    """The largest of backward's start, backward's end and the optimizer's step (the module's
+    docstring)."""
+    resident = parts["weights"] + parts["optimizer_state"]
+    earlier = parts["gradients"] if job.microbatches > 1 else 0.0
+    start = resident + parts["weight_copies"] + parts["activations"] + earlier
+    start += last_gradient_bytes(job) / GIB
+    end = resident + parts["gradients"]
+    return max(start, end, end + optimizer_temporaries_bytes(job) / GIB)
+
+
+def last_gradient_bytes(job: Job) -> float:
+    """The gradient of the layer backward starts with: the last stage's last tensor (the
+    decoder's output layer, its tied embedding), a shard of it under FSDP."""
+    last = job.stage_tensors(len(job.stages) - 1)
+    share = job.mesh.size("dp") if job.shard in ("gradients", "full") else 1
+    return (max(last[:1] + last[-1:]) if last else 0) * PARAM_BYTES / share
+
+
+def optimizer_temporaries_bytes(job: Job) -> float:
+    """AdamW's temporaries at its step (the module's docstring); SGD keeps none."""
+    if job.trainer.optimizer != "adamw":
+        return 0.0
+    sharded = job.mesh.size("dp") if job.shard != "none" else 1
+    if job.hardware.accelerator != "cpu":
+        return 0.0 if job.mesh.tp == 1 else params_per_device(job) * PARAM_BYTES / sharded
+    largest = max(max(job.stage_tensors(i)) for i in range(len(job.stages)))
+    return 2 * largest * PARAM_BYTES / sharded
+
+
+def held_parts_gib(job: Job) -> dict[str, float]:
     params, precision = params_per_device(job), precision_of(job.trainer)
     shard, n = job.shard, job.mesh.size("dp")
     split = {  # the parts each level splits n ways
@@ -103,7 +153,7 @@ def memory_per_device_gib(job: Job) -> dict[str, float]:
         out["weights"] *= 1 + 1 / n
     if shard in ("gradients", "full"):
         out["gradients"] += 2 * largest_unit(job) * PARAM_BYTES / GIB
-    return out | {"total": sum(out.values())}
+    return out
 
 
 def sharded_share(job: Job, n: int) -> float:

@@ -18,3 +18,10 @@ def assert_registered(run: Any) -> None:
     """Every metric an MLflow run logged is registered for the run's mode (its tag `mode`)."""
     mode = run.data.tags["mode"]
     assert unregistered(run.data.metrics, mode) == [], f"not in runner/metrics.py for mode={mode}"
+
+
+def assert_peak_as_planned(metrics: Mapping[str, float]) -> None:
+    """The planner's peak as the step holds it (runner/planner/memory.py) within 15 % of the
+    tensors' measured peak (malloc's bytes in use on a CPU, CUDA's on a GPU)."""
+    ratio = metrics["pred/peak_memory_gib"] / metrics["peak_allocated_gib"]
+    assert 0.85 < ratio < 1.15, (ratio, metrics["pred/peak_memory_gib"])

@@ -98,10 +98,14 @@ class DecoderSpec(ModelSpec):
         """Korthikanti et al. (2022): without recomputation s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
         per layer at 16 bits, plus the fp32 logits; with sequence parallelism the 10 that every
         tensor-parallel rank held whole (the norms', the residual adds', dropout's) split too:
-        s*b*h*(34/t + 5*a*s/(h*t)). Selective recomputation drops the attention's
-        5*a*s/(h*t) (its scores, softmax and dropout mask, which the math attention saves: the
-        flash kernel saves none, and the suite measures the default decoder, dropout 0.1, whose
-        attention on a CPU is the math one). Full: each layer's input (s*b*h values of the
+        s*b*h*(34/t + 5*a*s/(h*t)). The attention's 5*a*s/(h*t) (its scores, softmax and dropout
+        mask) only where the math attention runs (a CPU with dropout: the suite's default
+        decoder); a fused kernel keeps none. Without dropout, no masks: 2 of the 10 go.
+        Selective recomputation keeps what the runner's policy saves (runner/models/recompute.py):
+        each block's input, the matrix products' outputs (Q, K, V and the FFN's first, a t-th
+        each; the output projection's and the FFN's second, whole, and their sums over tp beside
+        them, a t-th under sequence parallelism), attention's output and, on the math path, its
+        scores (2*a*s/(h*t)). Full: each layer's input (s*b*h values of the
         residual stream, fp32 under autocast) and one layer's whole set at a time, in backward.
         With context parallelism every rank holds s/cp positions of all of it; its ring attention
         keeps no scores (runner/layouts/context/ring.py), only dropout's masks, a byte each of
@@ -109,13 +113,23 @@ class DecoderSpec(ModelSpec):
         s, b, h, a, t = held.seq_len // held.cp, held.micro, m["d_model"], m["n_heads"], held.tp
         ring = held.cp > 1
 
+        dropout, math = bool(m.get("dropout", 0)), not held.fused_attention
+
         def per_layer(attention: bool) -> float:
-            scores = 5 * a * s / (h * t) if attention else 0
+            scores = 5 * a * s / (h * t) if attention and math else 0
             if ring:  # bytes of masks, in units of the formula's 16-bit values
-                scores = a * s * held.cp / (h * t) * 2 / held.elem if m.get("dropout", 0) else 0
-            outside = 10 / t if held.sequence else 10  # what lies between the split layers
+                scores = a * s * held.cp / (h * t) * 2 / held.elem if dropout else 0
+            outside = 8 + 2 * dropout  # what lies between the split layers, masks included
+            outside /= t if held.sequence else 1
             inside = 8 / t + self.ffn_units(m, held, s * b)  # the attention's, the FFN's
             return s * b * h * (outside + inside + scores) * held.elem / 2
+
+        def saved() -> float:  # what selective recomputation keeps (the docstring)
+            stream = 2 / t if held.sequence else 2
+            summed = 2 / t if held.sequence else 2 if t > 1 else 0  # tp's sums beside products
+            scores = 2 * a * s / (h * t) if math and not ring else 0
+            kept = stream + 8 / t + self.ffn_saved_units(m, held, s * b) + 2 + summed + scores
+            return s * b * h * kept * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
         logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4
@@ -126,7 +140,16 @@ class DecoderSpec(ModelSpec):
             block_input = s * b * h * self.between_layers_bytes(held.elem)
             block_input /= t if held.sequence else 1  # each rank's positions of the stream
             return held.in_flight * held.layers * block_input + per_layer(True) + logits
-        return held.in_flight * held.layers * per_layer(held.recompute == "none") + logits
+        if held.recompute == "selective":
+            return held.in_flight * held.layers * saved() + logits
+        return held.in_flight * held.layers * per_layer(True) + logits
+
+    def ffn_saved_units(self, m: Cfg, held: Activations, tokens: int) -> float:
+        """What selective recomputation keeps of a block's FFN, in s*b*h 16-bit values: its first
+        product's output (4h, a t-th), its second's (whole) and that one's sum over tp."""
+        t = held.tp
+        summed = 2 / t if held.sequence else 2 if t > 1 else 0
+        return 8 / t + 2 + summed
 
     def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """What a block's FFN keeps between its split layers, in s*b*h 16-bit values (Korthikanti

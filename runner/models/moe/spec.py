@@ -57,6 +57,12 @@ class MoESpec(DecoderSpec):
         slots = m["n_experts"] * capacity(m, tokens) / tokens
         return slots * (2 + 8) + 2 * m["top_k"]
 
+    def ffn_saved_units(self, m: Cfg, held: Activations, tokens: int) -> float:
+        """Selective recomputation keeps the experts' products' outputs: a slot's first (4h)
+        and second (h), and the combine's (h per gate)."""
+        slots = m["n_experts"] * capacity(m, tokens) / tokens
+        return slots * (8 + 2) + 2 * m["top_k"]
+
     def ep_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int
     ) -> tuple[float, float]:
