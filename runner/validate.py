@@ -20,7 +20,7 @@ from runner.config import check_known_keys
 from runner.config.data import check_data
 from runner.config.example import check_example
 from runner.config.faults import check_fault
-from runner.config.hardware import check_hardware, check_profile
+from runner.config.hardware import HardwareConfig, check_hardware, check_profile
 from runner.config.logger import check_tracking
 from runner.config.plan import check_plan
 from runner.config.search import check_search
@@ -41,6 +41,12 @@ def host_memory_gib() -> float:
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
+def device_memory_gib(hw: HardwareConfig) -> float:
+    """What one process may hold: a device's memory, or on a CPU its share of the host's."""
+    have = hw.memory_gib or host_memory_gib()
+    return have / hw.devices if hw.accelerator == "cpu" else have
+
+
 def check_fits(job: Job) -> None:
     """Refuse to train what cannot fit, counted as the planner counts it for this layout (each
     device's share: tensor and pipeline parallelism split the model); on a CPU, the processes of
@@ -51,7 +57,7 @@ def check_fits(job: Job) -> None:
     have = hw.memory_gib or host_memory_gib()
     sharing = f" x {hw.devices} processes on one host" if cpu else ""
     require(
-        need * (hw.devices if cpu else 1) <= have,
+        need <= device_memory_gib(hw),
         "model",
         f"{count(params)} parameters need {need:,.0f} GiB per device to train in this layout"
         f"{sharing} (weights, gradients, Adam state, activations); hardware has {have:,.0f} GiB:"

@@ -92,12 +92,14 @@ def test_micro_batches_hold_less_memory_as_the_planner_says(tmp_path: Path) -> N
     whole, micro = metrics[1], metrics[4]
     for figures in (whole, micro):  # the peak: backward's start, earlier micro-batches' gradients
         assert_peak_as_planned(figures)
-    # The planner's activations of one micro-batch rather than four; measured, the process's
-    # peak resident memory (runner/training/callbacks/memory.py) drops by about as much.
+    # The planner's activations of one micro-batch rather than four; measured, the tensors' peak
+    # (malloc's bytes in use, runner/training/callbacks/memory.py) drops by about as much. Not
+    # the resident peak: glibc keeps what the larger step freed (a drop of 0.107 GiB measured
+    # against 0.068 planned, beside other tests). Malloc's drop: 0.057 (0.84 of it).
     predicted = whole["pred/peak_memory_gib"] - micro["pred/peak_memory_gib"]
-    measured = whole["peak_memory_gib"] - micro["peak_memory_gib"]
+    measured = whole["peak_allocated_gib"] - micro["peak_allocated_gib"]
     assert predicted > micro["pred/peak_memory_gib"]
-    assert 0.5 * predicted < measured < 1.5 * predicted, (measured, predicted)
+    assert 0.8 * predicted < measured < 1.2 * predicted, (measured, predicted)
     # One process, one stage: nothing to wait for, the schedule's gaps (the loss) only.
     assert micro["bubble_fraction_measured"] < 0.25
 

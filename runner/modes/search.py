@@ -33,7 +33,7 @@ from runner.search.choose import pareto, ranked, why
 from runner.search.price import Priced, price
 from runner.search.space import Layout, Refusals, View, layouts, verdicts
 from runner.units import count
-from runner.validate import host_memory_gib
+from runner.validate import device_memory_gib
 
 COLUMNS = [f.name for f in dataclasses.fields(Layout)]
 FIGURES = [*SEARCH_BEST, "bound"]  # Priced's fields, the csv's columns after the verdict
@@ -52,13 +52,6 @@ class Searched:
         return len(self.priced) + len(self.refused)
 
 
-def device_gib(job: Job) -> float:
-    """A device's memory; on a CPU the host's, shared by its processes."""
-    hw = job.hardware
-    have = hw.memory_gib or host_memory_gib()
-    return have / hw.devices if hw.accelerator == "cpu" else have
-
-
 def search(cfg: DictConfig, job: Job, settings: SearchConfig) -> Searched:
     from tqdm import tqdm
 
@@ -66,7 +59,7 @@ def search(cfg: DictConfig, job: Job, settings: SearchConfig) -> Searched:
     candidates = list(layouts(settings, base.hardware, job.spec, job.batch_size))
     print(f"searching {len(candidates):,} layouts", flush=True)
     shared = dataclasses.replace(job, memo={})  # what layouts share (runner/memo.py)
-    have, start = device_gib(job), time.perf_counter()
+    have, start = device_memory_gib(job.hardware), time.perf_counter()
     out = Searched([], [], Refusals({}, {}), 0.0)
     for layout, refused in tqdm(verdicts(candidates, base), total=len(candidates), unit=" layouts",
                                 disable=None, mininterval=0.5, leave=False):  # fmt: skip
@@ -131,7 +124,7 @@ def run(
     settings = typed(SearchConfig, cfg.search)
     found = search(cfg, job, settings)
     fitting = ranked(found.priced, settings.objective)
-    have = device_gib(job)
+    have = device_memory_gib(job.hardware)
     if fitting:
         print(table(fitting[: settings.top], settings.objective))
     print(paragraph(found, fitting, settings.objective, have), flush=True)

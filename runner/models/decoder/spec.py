@@ -25,6 +25,15 @@ def block_params(d: int, tp: int) -> int:
     return sum(block_tensors(d, tp))
 
 
+def tp_sums(held: Activations) -> float:
+    """A row-parallel product's sum over the tp ranks, which selective recomputation keeps beside
+    its output, in s*b*h 16-bit values: whole (an all-reduce's), a t-th under sequence
+    parallelism (a reduce-scatter's), none without tp."""
+    if held.tp == 1:
+        return 0.0
+    return 2 / held.tp if held.sequence else 2
+
+
 def vocab_rows(m: Cfg, tp: int, vocab_tp: bool) -> int:
     """The embedding's rows on the busiest tensor-parallel rank: a vocabulary split over the
     ranks gives each vocab/tp (DTensor's Shard(0), as torch.chunk: the first ranks the larger
@@ -115,8 +124,8 @@ class DecoderSpec(ModelSpec):
 
         dropout, math = bool(m.get("dropout", 0)), not held.fused_attention
 
-        def per_layer(attention: bool) -> float:
-            scores = 5 * a * s / (h * t) if attention and math else 0
+        def per_layer() -> float:
+            scores = 5 * a * s / (h * t) if math else 0
             if ring:  # bytes of masks, in units of the formula's 16-bit values
                 scores = a * s * held.cp / (h * t) * 2 / held.elem if dropout else 0
             outside = 8 + 2 * dropout  # what lies between the split layers, masks included
@@ -126,9 +135,9 @@ class DecoderSpec(ModelSpec):
 
         def saved() -> float:  # what selective recomputation keeps (the docstring)
             stream = 2 / t if held.sequence else 2
-            summed = 2 / t if held.sequence else 2 if t > 1 else 0  # tp's sums beside products
             scores = 2 * a * s / (h * t) if math and not ring else 0
-            kept = stream + 8 / t + self.ffn_saved_units(m, held, s * b) + 2 + summed + scores
+            projection = 2 + tp_sums(held)  # the output projection's output and its sum
+            kept = stream + 8 / t + self.ffn_saved_units(m, held, s * b) + projection + scores
             return s * b * h * kept * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
@@ -139,17 +148,15 @@ class DecoderSpec(ModelSpec):
         if held.recompute == "full":
             block_input = s * b * h * self.between_layers_bytes(held.elem)
             block_input /= t if held.sequence else 1  # each rank's positions of the stream
-            return held.in_flight * held.layers * block_input + per_layer(True) + logits
+            return held.in_flight * held.layers * block_input + per_layer() + logits
         if held.recompute == "selective":
             return held.in_flight * held.layers * saved() + logits
-        return held.in_flight * held.layers * per_layer(True) + logits
+        return held.in_flight * held.layers * per_layer() + logits
 
     def ffn_saved_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """What selective recomputation keeps of a block's FFN, in s*b*h 16-bit values: its first
         product's output (4h, a t-th), its second's (whole) and that one's sum over tp."""
-        t = held.tp
-        summed = 2 / t if held.sequence else 2 if t > 1 else 0
-        return 8 / t + 2 + summed
+        return 8 / held.tp + 2 + tp_sums(held)
 
     def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """What a block's FFN keeps between its split layers, in s*b*h 16-bit values (Korthikanti
