@@ -9,7 +9,8 @@
    where the published mesh (tp x pp x dp) ranks among the meshes that fit, each at its best
    layout, and how much slower than the best it is planned. Twice: the full grid, and the grid
    of what Megatron-LM ran then (full recomputation, no sequence or context parallelism, no
-   sharding; Narayanan et al. 2021). docs/planner.md ("Which layout?") keeps the table.
+   sharding, no zero-bubble schedule; Narayanan et al. 2021). docs/planner.md ("Which layout?")
+   keeps the table.
 Usage: .venv/bin/python -m benchmarks.search
 """
 
@@ -33,7 +34,7 @@ GPT3 = ["mode=search", "model=gpt3_175b", "hardware=h100_cluster", "hardware.nod
         "data.batch_size=1536", "trainer.precision=bf16-mixed"]  # fmt: skip
 SAMPLE = 300  # layouts planned one by one for the baseline
 THEN = ["search.recompute=[full]", "search.sequence_parallel=[false]", "search.cp=[1]",
-        "search.shard=[none]"]  # fmt: skip
+        "search.shard=[none]", "search.schedule=[gpipe,1f1b,interleaved_1f1b]"]  # fmt: skip
 
 
 def searched(args: list[str]) -> tuple[Job, Searched]:

@@ -116,6 +116,8 @@ BAD = [
     (["model.nope=1"], "model.nope"),
     (["model=resnet"], "decoder, ffnn, gpt3_175b, llama3_405b, mixtral_8x7b, moe, neuron"),
     (["model.d_model=100", "model.n_heads=3"], "model.d_model"),
+    (["model.n_kv_heads=3"], "model.n_kv_heads: must divide model.n_heads=4"),
+    (["parallel=tensor", "hardware.devices=2", "model.n_kv_heads=1"], "1 key/value heads do no"),
     (["data.batch_size=-4"], "data.batch_size"),
     (["model=gpt3_175b"], "174.6 B parameters"),
     # Nothing listens on the discard port here: the job must not train unrecorded.

@@ -90,6 +90,22 @@ def test_decoder_output_layer_is_the_tied_embedding() -> None:
     assert sum(p.shape == (50, 32) for p in model.parameters()) == 1
 
 
+def test_grouped_query_attention_is_multi_head_attention_with_shared_keys_and_values() -> None:
+    """4 query heads on 2 key/value heads: the same logits as 4 heads whose K and V projections
+    repeat each shared head for the 2 query heads it serves (heads 0, 1 on the first)."""
+    torch.manual_seed(0)
+    grouped = Decoder(50, 16, 32, 4, 2, n_kv_heads=2, ffn_hidden=48)
+    full = Decoder(50, 16, 32, 4, 2, ffn_hidden=48)
+    state = grouped.state_dict()
+    for name, value in list(state.items()):
+        if ".k_proj." in name or ".v_proj." in name:  # (2 heads x 8, ...) -> (4 heads x 8, ...)
+            state[name] = value.unflatten(0, (2, 8)).repeat_interleave(2, dim=0).flatten(0, 1)
+    full.load_state_dict(state)
+    tokens = torch.randint(0, 50, (2, 16))
+    assert torch.allclose(grouped(tokens), full(tokens), atol=1e-6)
+    assert grouped.blocks[0].ffn.up.out_features == 48
+
+
 @pytest.mark.parametrize("preset", ["decoder", "gpt3_175b", "llama3_405b", "moe", "mixtral_8x7b"])
 def test_size_formulas_match_the_built_module(preset: str) -> None:
     cfg, _ = compose_job(f"model={preset}")

@@ -53,8 +53,20 @@ def params_per_device(job: Job, experts: bool = True) -> int:
 
 
 def in_flight(job: Job) -> int:
-    p, m = job.parallel, job.microbatches
-    return m if p.schedule == "gpipe" else min(m, job.mesh.pp * p.virtual_stages)
+    """Micro-batches through one stage (one stage of a rank's v, interleaved) whose activations
+    the first rank holds at once: GPipe's m, 1F1B's p; interleaved 1F1B's are torch's warm-up
+    forwards and the first steady one: (v - 1) rounds of the micro-batches a round takes, then
+    2 for each rank behind it (ScheduleInterleaved1F1B's count, at most m x v; zero bubble's, 1
+    for each)."""
+    p, m, pp = job.parallel, job.microbatches, job.mesh.pp
+    if p.schedule == "gpipe":
+        return m
+    v = p.virtual_stages
+    if v == 1:
+        return min(m, pp)
+    per_round = m // max(1, m // pp)
+    behind = 2 if p.schedule == "interleaved_1f1b" else 1
+    return min(m * v, (v - 1) * per_round + behind * (pp - 1) + 1)
 
 
 def activation_bytes(job: Job) -> float:

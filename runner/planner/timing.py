@@ -232,25 +232,38 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
             exposed[dim] = ring_s(job, link)
             hidden[dim] = total - exposed[dim]
         if dim == "pp":
-            exposed[dim] = pipeline_s(job, link, traffic)
+            exposed[dim], hidden[dim] = pipeline_s(job, link, traffic, compute)
     return exposed, hidden
 
 
-def pipeline_s(job: Job, link: Any, traffic: Traffic) -> float:
+def pipeline_s(job: Job, link: Any, traffic: Traffic, compute: float) -> tuple[float, float]:
     """A pipeline's transfers on the step's path, and the first and last stage's sum of a tied
-    weight's gradient. NCCL's sends: a rank's own, each between the computations that need it.
+    weight's gradient. NCCL's sends: a rank's own, each between the computations that need it;
+    but under an interleaved schedule (virtual stages) torch's runtime posts each receive as soon
+    as its sender computes and never waits on a send, and a rank has its other stages' work to do
+    meanwhile (Megatron-LM's overlap_p2p_comm, Llama 3's asynchronous sends): only the fill's and
+    the drain's transfers, one per boundary each way, stay on the path, and the rest where it
+    outlasts the step's compute. Returns the time exposed and the time hidden.
     Gloo's: a TCP pair carries a send only once its peer has posted the receive, and that notice
     waits behind what the peer is sending the other way; so a boundary's transfers run one after
     another, both ways (measured at 40 Mbit/s: 52 ms each for 262 kB, 2m of them a step): the
     busiest boundary's 2m, and the others' first forward and last backward."""
     tied, sums = tied_share(job)
     sent, calls = traffic.payload["pp"] - tied, traffic.calls["pp"] - sums
+    tied_s = transfer_s(link, 1, tied_bytes(job)) if tied else 0.0
+    messages = message_bytes(job)
     if job.hardware.accelerator == "cpu":
-        messages, m = message_bytes(job), job.parallel.microbatches
+        m = job.parallel.microbatches
         share = sent / (2 * m * sum(messages) / job.mesh.pp)  # 1/tp under plan.scatter_gather
         calls = 2 * (m + len(messages) - 1)
         sent = calls * max(messages) * share
-    return transfer_s(link, calls, sent) + (transfer_s(link, 1, tied_bytes(job)) if tied else 0.0)
+    elif job.parallel.virtual_stages > 1:
+        hops = 2 * (job.mesh.pp - 1)
+        share = sent / (2 * job.parallel.microbatches * sum(messages) / job.mesh.pp)
+        path = transfer_s(link, hops, hops * max(messages) * share)
+        rest = transfer_s(link, calls, sent) - path
+        return path + max(0.0, rest - compute) + tied_s, min(rest, compute)
+    return transfer_s(link, calls, sent) + tied_s, 0.0
 
 
 def ring_s(job: Job, link: Any) -> float:

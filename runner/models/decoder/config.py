@@ -12,3 +12,5 @@ class DecoderConfig:
     n_heads: int = 4
     n_layers: int = 2
     dropout: float = 0.0
+    n_kv_heads: int | None = None  # grouped-query attention's key/value heads; None: n_heads
+    ffn_hidden: int | None = None  # the FFN's width; None: 4 x d_model

@@ -2,7 +2,9 @@
 
 Token embedding + fixed sinusoidal positions -> n_layers x [causal multi-head self-attention,
 Add & Normalize, FFN (4x, ReLU), Add & Normalize] -> logits through the tied embedding matrix.
-The softmax is left to the loss (cross-entropy), which applies it.
+The softmax is left to the loss (cross-entropy), which applies it. Two later models' shapes, both
+off by default: grouped-query attention (n_kv_heads < n_heads: each key and value head serves
+n_heads / n_kv_heads query heads, Ainslie et al. 2023) and an FFN of another width (ffn_hidden).
 """
 
 import math
@@ -25,14 +27,18 @@ def sinusoidal_positions(context_len: int, d_model: int) -> torch.Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, n_kv_heads: int | None = None
+    ) -> None:
         super().__init__()
+        self.head_dim = d_model // n_heads
+        kv = self.head_dim * (n_kv_heads or n_heads)
         # Separate Q, K, V and output projections: tensor parallelism splits each its own way.
         self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, kv)
+        self.v_proj = nn.Linear(d_model, kv)
         self.o_proj = nn.Linear(d_model, d_model)
-        self.head_dim = d_model // n_heads
+        self.grouped = kv != d_model
         self.dropout = dropout
         # Causal attention of Q to K and V; context parallelism puts its ring attention here
         # (runner/layouts/context/ring.py), each rank holding some of the sequence's positions.
@@ -46,15 +52,17 @@ class CausalSelfAttention(nn.Module):
             for proj in (self.q_proj, self.k_proj, self.v_proj)
         )
         p = self.dropout if self.training else 0.0
-        y = self.attend(q, k, v, is_causal=True, dropout_p=p)
+        grouped = {"enable_gqa": True} if self.grouped else {}
+        y = self.attend(q, k, v, is_causal=True, dropout_p=p, **grouped)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d_model: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, dropout: float = 0.0, hidden: int | None = None) -> None:
         super().__init__()
-        self.up = nn.Linear(d_model, 4 * d_model)
-        self.down = nn.Linear(4 * d_model, d_model)
+        hidden = hidden or 4 * d_model
+        self.up = nn.Linear(d_model, hidden)
+        self.down = nn.Linear(hidden, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -64,11 +72,14 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """Post-norm, as the seed's "Add & Normalize" after each sub-layer."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, n_kv_heads: int | None = None,
+        ffn_hidden: int | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout, n_kv_heads)
         self.norm1 = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, dropout)
+        self.ffn = FeedForward(d_model, dropout, ffn_hidden)
         self.norm2 = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,13 +105,17 @@ class Decoder(nn.Module):
         n_heads: int,
         n_layers: int,
         dropout: float = 0.0,
+        n_kv_heads: int | None = None,
+        ffn_hidden: int | None = None,
     ) -> None:
         super().__init__()
         self.d_model = d_model
         self.embed = nn.Embedding(vocab_size, d_model)
         self.register_buffer("pos", sinusoidal_positions(context_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(
+            Block(d_model, n_heads, dropout, n_kv_heads, ffn_hidden) for _ in range(n_layers)
+        )
         self.head = TiedOutput()
         # Tied output layer: with std d^-1/2, logits start near unit scale (Vaswani et al.).
         nn.init.normal_(self.embed.weight, std=d_model**-0.5)

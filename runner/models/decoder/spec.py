@@ -11,18 +11,40 @@ from runner.models.decoder.config import DecoderConfig
 from runner.models.spec import Activations, Cfg, Gemm, ModelSpec, matches_data
 
 
-def block_tensors(d: int, tp: int) -> list[int]:
+def kv_width(m: Cfg) -> int:
+    """The keys' (and values') width: d_model, or n_kv_heads heads under grouped-query
+    attention."""
+    return m["d_model"] // m["n_heads"] * (m.get("n_kv_heads") or m["n_heads"])
+
+
+def kv_share(m: Cfg) -> float:
+    return kv_width(m) / m["d_model"]
+
+
+def ffn_width(m: Cfg) -> int:
+    return m.get("ffn_hidden") or 4 * m["d_model"]
+
+
+def check_heads(m: Cfg, tp: int) -> None:
+    """Tensor parallelism gives each rank whole heads, queries' and keys' alike."""
+    heads = m["n_heads"]
+    require(heads % tp == 0, "model.n_heads", f"{heads} heads do not split into tp={tp}")
+    kv = m.get("n_kv_heads") or heads
+    require(kv % tp == 0, "model.n_kv_heads", f"{kv} key/value heads do not split into tp={tp}")
+
+
+def block_tensors(m: Cfg, tp: int) -> list[int]:
     """One block's parameter tensors on one tensor-parallel rank, in the module's order (Q, K, V,
     output, norm, up, down, norm): split layers hold 1/tp of theirs, the row-parallel biases (the
     output projection's, down's) and the norms are whole."""
-    column = [d * d // tp, d // tp]  # a weight split by columns, and its bias
-    attention = [*column * 3, d * d // tp, d]
-    ffn = [4 * d * d // tp, 4 * d // tp, 4 * d * d // tp, d]
+    d, kv, f = m["d_model"], kv_width(m), ffn_width(m)
+    attention = [d * d // tp, d // tp, *[d * kv // tp, kv // tp] * 2, d * d // tp, d]
+    ffn = [f * d // tp, f // tp, f * d // tp, d]
     return [*attention, d, d, *ffn, d, d]
 
 
-def block_params(d: int, tp: int) -> int:
-    return sum(block_tensors(d, tp))
+def block_params(m: Cfg, tp: int) -> int:
+    return sum(block_tensors(m, tp))
 
 
 def tp_sums(held: Activations) -> float:
@@ -50,6 +72,14 @@ class DecoderSpec(ModelSpec):
         positive(m, "model", "vocab_size", "context_len", "d_model", "n_heads", "n_layers")
         d, heads = m["d_model"], m["n_heads"]
         require(d % heads == 0, "model.d_model", f"{d} must be divisible by model.n_heads={heads}")
+        kv = m.get("n_kv_heads")
+        require(
+            kv is None or (kv > 0 and heads % kv == 0),
+            "model.n_kv_heads",
+            f"must divide model.n_heads={heads} (or be null: as many as n_heads), got {kv}",
+        )
+        f = m.get("ffn_hidden")
+        require(f is None or f > 0, "model.ffn_hidden", f"must be positive or null, got {f}")
         require(d % 2 == 0, "model.d_model", f"must be even for sin/cos positions, got {d}")
         require(0 <= m["dropout"] < 1, "model.dropout", f"must be in [0, 1), got {m['dropout']}")
         matches_data(m["vocab_size"], "model.vocab_size", data, "vocab_size", train)
@@ -65,9 +95,9 @@ class DecoderSpec(ModelSpec):
         return "none"  # logits: cross-entropy applies the softmax
 
     def params_by_component(self, m: Cfg) -> dict[str, int]:
-        d, layers = m["d_model"], m["n_layers"]
-        attention = 4 * (d * d + d)  # Q, K, V, output projections with biases
-        ffn = 2 * 4 * d * d + 4 * d + d  # up (d -> 4d) and down (4d -> d) with biases
+        d, layers, kv, f = m["d_model"], m["n_layers"], kv_width(m), ffn_width(m)
+        attention = 2 * (d * d + d) + 2 * (d * kv + kv)  # Q, output; K, V: with biases
+        ffn = 2 * f * d + f + d  # up (d -> f) and down (f -> d) with biases
         return {
             "embedding": m["vocab_size"] * d,  # tied: the output layer reuses it
             "attention": layers * attention,
@@ -82,10 +112,10 @@ class DecoderSpec(ModelSpec):
         self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False
     ) -> list[int]:
         embedding = [vocab_rows(m, tp, vocab_tp) * m["d_model"]] if ends else []
-        return embedding + [n for _ in layers for n in block_tensors(m["d_model"], tp)]
+        return embedding + [n for _ in layers for n in block_tensors(m, tp)]
 
     def largest_layer_params(self, m: Cfg, tp: int, vocab_tp: bool = False) -> int:
-        return max(block_params(m["d_model"], tp), vocab_rows(m, tp, vocab_tp) * m["d_model"])
+        return max(block_params(m, tp), vocab_rows(m, tp, vocab_tp) * m["d_model"])
 
     def tokens_per_sample(self, data: Cfg) -> int:
         return data["seq_len"]
@@ -98,7 +128,7 @@ class DecoderSpec(ModelSpec):
         """Blocks divide over the tensor ranks; the tied output layer, on the last stage, does
         not (every tensor rank computes it whole)."""
         d = m["d_model"]
-        block = 6 * block_params(d, 1) + 12 * data["seq_len"] * d
+        block = 6 * block_params(m, 1) + 12 * data["seq_len"] * d
         head = 6 * m["vocab_size"] * d
         last = len(stages) - 1
         return [len(s) * block / tp + head * (i == last) for i, s in enumerate(stages)]
@@ -123,6 +153,9 @@ class DecoderSpec(ModelSpec):
         ring = held.cp > 1
 
         dropout, math = bool(m.get("dropout", 0)), not held.fused_attention
+        # Q, K, V and attention's output, a t-th each: the math path saves K and V repeated to
+        # every query head under grouped-query attention, a fused kernel and the ring their own
+        qkv = 8 if math and not ring else 4 + 4 * kv_share(m)
 
         def per_layer() -> float:
             scores = 5 * a * s / (h * t) if math else 0
@@ -130,14 +163,14 @@ class DecoderSpec(ModelSpec):
                 scores = a * s * held.cp / (h * t) * 2 / held.elem if dropout else 0
             outside = 8 + 2 * dropout  # what lies between the split layers, masks included
             outside /= t if held.sequence else 1
-            inside = 8 / t + self.ffn_units(m, held, s * b)  # the attention's, the FFN's
+            inside = qkv / t + self.ffn_units(m, held, s * b)  # the attention's, the FFN's
             return s * b * h * (outside + inside + scores) * held.elem / 2
 
         def saved() -> float:  # what selective recomputation keeps (the docstring)
             stream = 2 / t if held.sequence else 2
             scores = 2 * a * s / (h * t) if math and not ring else 0
             projection = 2 + tp_sums(held)  # the output projection's output and its sum
-            kept = stream + 8 / t + self.ffn_saved_units(m, held, s * b) + projection + scores
+            kept = stream + qkv / t + self.ffn_saved_units(m, held, s * b) + projection + scores
             return s * b * h * kept * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
@@ -155,13 +188,15 @@ class DecoderSpec(ModelSpec):
 
     def ffn_saved_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """What selective recomputation keeps of a block's FFN, in s*b*h 16-bit values: its first
-        product's output (4h, a t-th), its second's (whole) and that one's sum over tp."""
-        return 8 / held.tp + 2 + tp_sums(held)
+        product's output (ffn_hidden, 4h by default, a t-th), its second's (whole) and that one's
+        sum over tp."""
+        return 2 * ffn_width(m) / m["d_model"] / held.tp + 2 + tp_sums(held)
 
     def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """What a block's FFN keeps between its split layers, in s*b*h 16-bit values (Korthikanti
-        et al.): its first layer's output and its activation's, 4h each, a t-th on each rank."""
-        return 16 / held.tp
+        et al.): its first layer's output and its activation's, ffn_hidden each (4h by default),
+        a t-th on each rank."""
+        return 4 * ffn_width(m) / m["d_model"] / held.tp
 
     def stage_gemms(
         self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool,
@@ -170,22 +205,33 @@ class DecoderSpec(ModelSpec):
         """Per block: Q, K, V and the FFN's first layer split by columns, the attention's output
         and the FFN's second by rows; the attention scores and their weighting of V, one product
         per sample and head of this rank's share. The tied output layer on the last stage. With
-        `cp` context-parallel ranks, each rank's s/cp positions, its queries against every key in
-        cp blocks (the ring's steps)."""
-        d, s, heads = m["d_model"], data["seq_len"] // cp, m["n_heads"]
-        tokens, per_head = micro * s, micro * heads // tp * cp
-        block = [
-            Gemm(tokens, d // tp, d, count=3),  # Q, K, V
-            Gemm(tokens, d, d // tp),  # output projection
-            Gemm(tokens, 4 * d // tp, d),  # up
-            Gemm(tokens, d, 4 * d // tp),  # down
-            Gemm(s, s, d // heads, count=per_head, attention=True),  # Q K^T
-            Gemm(s, d // heads, s, count=per_head, attention=True),  # softmax(.) V
+        `cp` context-parallel ranks, each rank's s/cp positions, its queries against its own keys
+        and, in the ring's cp - 1 other steps, the half of each block the causal mask leaves
+        visible (runner/layouts/context/ring.py computes only that half)."""
+        d, s, heads, kv = m["d_model"], data["seq_len"] // cp, m["n_heads"], kv_width(m)
+        tokens, per_head, hd = micro * s, micro * heads // tp, d // heads
+        qkv = [Gemm(tokens, d // tp, d, count=3)]  # Q, K, V
+        if kv != d:  # grouped-query attention's narrower K and V
+            qkv = [Gemm(tokens, d // tp, d), Gemm(tokens, kv // tp, d, count=2)]
+        scores = [
+            Gemm(s, s, hd, count=per_head, attention=True),  # Q K^T
+            Gemm(s, hd, s, count=per_head, attention=True),  # softmax(.) V
         ]
+        if cp > 1:
+            others = per_head * (cp - 1)
+            scores += [Gemm(s // 2, s, hd, count=others, attention=True),
+                       Gemm(s // 2, hd, s, count=others, attention=True)]  # fmt: skip
+        attention = [*qkv, Gemm(tokens, d, d // tp)]  # and the output projection
+        block = [*attention, *self.ffn_gemms(m, tokens, tp), *scores]
         out = [g for _ in layers for g in block]
         if last:
             out.append(Gemm(tokens, vocab_rows(m, tp, vocab_tp), d, recomputed=False))
         return out
+
+    def ffn_gemms(self, m: Cfg, tokens: int, tp: int) -> list[Gemm]:
+        """A block's FFN: up split by columns, down by rows."""
+        d, f = m["d_model"], ffn_width(m)
+        return [Gemm(tokens, f // tp, d), Gemm(tokens, d, f // tp)]
 
     def boundary_elements(self, m: Cfg, data: Cfg, stages: list[range]) -> list[int]:
         return [data["seq_len"] * m["d_model"] for _ in stages[1:]]
@@ -209,11 +255,9 @@ class DecoderSpec(ModelSpec):
         return vocab_rows(m, tp, vocab_tp) * m["d_model"]
 
     def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
-        heads, d = m["n_heads"], m["d_model"]
-        require(heads % tp == 0, "model.n_heads", f"{heads} heads do not split into tp={tp}")
-        require(
-            4 * d % tp == 0, "model.d_model", f"the FFN's width 4 x {d} does not split into tp={tp}"
-        )
+        check_heads(m, tp)
+        f = ffn_width(m)
+        require(f % tp == 0, "model.ffn_hidden", f"the FFN's width {f} does not split into tp={tp}")
 
     def tp_traffic(
         self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int
@@ -296,9 +340,10 @@ class DecoderSpec(ModelSpec):
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int, tp: int
     ) -> tuple[float, float]:
         """One exchange of the ring attention's K and V (runner/layouts/context/ring.py), b*(s/cp)
-        values of h/tp each, in every block of every micro-batch of b samples; the calls."""
+        values of its key/value width/tp each (h/tp without grouped-query attention), in every
+        block of every micro-batch of b samples; the calls."""
         layers = m["n_layers"]
-        kv = 2 * samples * (data["seq_len"] // cp) * (m["d_model"] // tp) * layers
+        kv = 2 * samples * (data["seq_len"] // cp) * (kv_width(m) // tp) * layers
         return kv, layers * microbatches
 
     def recompute_units(self, model: Any) -> list[Any]:

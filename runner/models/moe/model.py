@@ -126,9 +126,10 @@ class MoEDecoder(Decoder):
     def __init__(
         self, vocab_size: int, context_len: int, d_model: int, n_heads: int, n_layers: int,
         dropout: float = 0.0, n_experts: int = 4, top_k: int = 2, capacity_factor: float = 1.25,
-        balance_weight: float = 0.01,
+        balance_weight: float = 0.01, n_kv_heads: int | None = None, ffn_hidden: int | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(vocab_size, context_len, d_model, n_heads, n_layers, dropout)
+        # ffn_hidden: the experts' width is 4 x d_model (MoESpec.check refuses another)
+        super().__init__(vocab_size, context_len, d_model, n_heads, n_layers, dropout, n_kv_heads)
         for i, block in enumerate(self.blocks):
             block.ffn = MoEFeedForward(
                 d_model, n_experts, top_k, capacity_factor, balance_weight, dropout

@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from runner.errors import positive, require
-from runner.models.decoder.spec import DecoderSpec, vocab_rows
+from runner.models.decoder.spec import DecoderSpec, check_heads, vocab_rows
 from runner.models.decoder.spec import block_tensors as decoder_block
 from runner.models.moe.config import MoEConfig
 from runner.models.spec import Activations, Cfg, Gemm
@@ -31,7 +31,7 @@ def block_tensors(m: Cfg, tp: int = 1, ep: int = 1, experts: bool = True) -> lis
     experts, the second norm."""
     d = m["d_model"]
     router, *held = moe_ffn_tensors(m, ep)
-    return [*decoder_block(d, tp)[:10], router, *(held if experts else []), d, d]
+    return [*decoder_block(m, tp)[:10], router, *(held if experts else []), d, d]
 
 
 def capacity(m: Cfg, tokens: int) -> int:
@@ -79,6 +79,8 @@ class MoESpec(DecoderSpec):
         require(k <= n, "model.top_k", f"{k} experts a token of model.n_experts={n}")
         weight = m["balance_weight"]
         require(weight >= 0, "model.balance_weight", f"must be 0 or more, got {weight}")
+        f = m.get("ffn_hidden")
+        require(f is None, "model.ffn_hidden", f"the experts are 4 x d_model wide: null, got {f}")
 
     def params_by_component(self, m: Cfg) -> dict[str, int]:
         dense = super().params_by_component(m)
@@ -113,32 +115,19 @@ class MoESpec(DecoderSpec):
         last = len(stages) - 1
         return [len(s) * per_layer + head * (i == last) for i, s in enumerate(stages)]
 
-    def stage_gemms(
-        self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool,
-        cp: int = 1,
-    ) -> list[Gemm]:  # fmt: skip
-        """The decoder's, its FFN's two products replaced by the router's and each expert's over
-        its slots (padding included: the experts compute every slot)."""
-        dense = super().stage_gemms(m, data, layers, last, micro, tp, vocab_tp, cp)
-        d, n = m["d_model"], m["n_experts"]
-        tokens = micro * data["seq_len"] // cp
-        slots = capacity(m, tokens)
-        moe = [
+    def ffn_gemms(self, m: Cfg, tokens: int, tp: int) -> list[Gemm]:
+        """The router's product and each expert's over its slots (padding included: the experts
+        compute every slot), in the decoder's FFN's place."""
+        d, n, slots = m["d_model"], m["n_experts"], capacity(m, tokens)
+        return [
             Gemm(tokens, n, d),  # router
             Gemm(slots, 4 * d, d, count=n),  # each expert's up
             Gemm(slots, d, 4 * d, count=n),  # and down
         ]
-        per_block = 6
-        out = []
-        for i in range(len(layers)):
-            block = dense[i * per_block : (i + 1) * per_block]
-            out += [*block[:2], *moe, *block[4:]]  # Q, K, V; output; (FFN); attention
-        return out + dense[len(layers) * per_block :]
 
     # --- tensor parallelism: the attention split as the decoder's, the experts whole ---
     def check_tensor(self, m: Cfg, tp: int, stages: list[range]) -> None:
-        heads = m["n_heads"]
-        require(heads % tp == 0, "model.n_heads", f"{heads} heads do not split into tp={tp}")
+        check_heads(m, tp)
 
     def parallelize(
         self, module: Any, tp_mesh: Any, vocab_parallel: bool = False, sequence: bool = False
