@@ -5,7 +5,10 @@ It prints one table, a line per check with its figure and whether it passed:
 1. A GPT-2-small-sized decoder (12 blocks, d_model 768, 12 heads, context 1024) on one GPU, 50
    steps each in 32-true, bf16-mixed, and bf16-mixed compiled: samples/s, MFU, and peak memory
    measured against the planner's. Goal: bf16 compiled at 35 % MFU or more on an H100 or H200.
-   And bf16-mixed with `trainer.measure=false`: what the per-step timing costs (goal: 2 %).
+   And bf16-mixed with `trainer.measure=false`: what the per-step timing costs (goal: 2 %). The
+   tensors' peak (`peak_allocated_gib`: CUDA's allocated peak on a GPU, the sampled one on a
+   CPU) against the planner's, 32-true and bf16-mixed: within 15 % (issue 33's bound; compiled
+   kernels save other tensors than the model's spec counts, so that run's is printed only).
 2. Data parallelism with 2 ranks: NCCL across 2 GPUs where there are two or more; on one GPU, two
    ranks sharing it over gloo (two torchrun "nodes" on this host); the table says which ran. Its
    loss series equals one rank's.
@@ -55,6 +58,7 @@ from runner.metrics import (
     COMM_BYTES_PER_STEP,
     COMM_OVERLAP_FRACTION,
     MFU,
+    PEAK_ALLOCATED,
     PEAK_MEMORY,
     PLAN_STEP_TIME,
     STEP_TIME,
@@ -71,6 +75,7 @@ LOSS_RELATIVE = 1e-4  # 2 ranks against 1: GPU kernels pick other algorithms for
 # drawn from another RNG state moves a loss by 1e-3 or more.
 REDONE_RELATIVE = {False: 1e-6, True: 1e-4}
 PLANNED_RELATIVE = 0.25  # the calibrated planner's step time against the measured one
+PEAK_RELATIVE = 0.15  # the planner's memory peak against the tensors' measured one
 MEASURING_GOAL = 0.98  # samples/s with the per-step timing on, against off
 BUBBLE_GAP = 0.05  # measured bubble - (p-1)/(m+p-1), with 2 GPUs
 GPT2_SMALL = ["model=decoder", "model.n_layers=12", "model.d_model=768", "model.n_heads=12",
@@ -159,8 +164,21 @@ def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
             f"peak {f[PEAK_MEMORY.name]:.2f} GiB (planned {f[prediction(PEAK_MEMORY.name)]:.2f})"
         )
         rows.append(Row(f"1. one device, {label}", figure, goal is None or f[MFU.name] >= goal))
+    rows += [peak(m, runs["32-true"], runs["bf16-mixed"])]
     rows += [measuring_cost(scratch, m, runs["bf16-mixed"]), sampled(runs["32-true"], m)]
     return rows, runs["bf16-mixed"]
+
+
+def peak(m: Machine, *runs: dict[str, float]) -> Row:
+    """Check 1's memory: the planned peak over the tensors' measured one, 32-true and bf16-mixed.
+    The rehearsal's model holds a few MiB, where tensors no spec counts (the batch, positions,
+    the loss's) weigh: benchmarks/memory_peak judges the CPU on the suite's layouts."""
+    ratios = [f[prediction(PEAK_MEMORY.name)] / f[PEAK_ALLOCATED.name] for f in runs]
+    figure = "planned / measured tensors' peak: " + ", ".join(f"{r:.2f}" for r in ratios)
+    if not m.gpus:
+        return Row("1. memory peak", f"{figure}, not judged on a CPU", True)
+    return Row("1. memory peak", f"{figure} (bound 1 +- {PEAK_RELATIVE})",
+               all(abs(r - 1) <= PEAK_RELATIVE for r in ratios))  # fmt: skip
 
 
 def sampled(f: dict[str, float], m: Machine) -> Row:

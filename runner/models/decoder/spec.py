@@ -148,7 +148,8 @@ class DecoderSpec(ModelSpec):
         residual stream, fp32 under autocast) and one layer's whole set at a time, in backward.
         With context parallelism every rank holds s/cp positions of all of it; its ring attention
         keeps no scores (runner/layouts/context/ring.py), only dropout's masks, a byte each of
-        the s/cp x s pairs it computed; while backward runs, one block's working set."""
+        the pairs it computed (its own s/cp x s/cp block, half of each other rank's); while
+        backward runs, one block's working set."""
         s, b, h, a, t = held.seq_len // held.cp, held.micro, m["d_model"], m["n_heads"], held.tp
         ring = held.cp > 1
 
@@ -159,8 +160,9 @@ class DecoderSpec(ModelSpec):
 
         def per_layer() -> float:
             scores = 5 * a * s / (h * t) if math else 0
-            if ring:  # bytes of masks, in units of the formula's 16-bit values
-                scores = a * s * held.cp / (h * t) * 2 / held.elem if dropout else 0
+            if ring:  # bytes of masks for the pairs computed, in the formula's 16-bit values
+                pairs = s * (held.cp + 1) / 2  # its own block whole, half of each other's
+                scores = a * pairs / (h * t) * 2 / held.elem if dropout else 0
             outside = 8 + 2 * dropout  # what lies between the split layers, masks included
             outside /= t if held.sequence else 1
             inside = qkv / t + self.ffn_units(m, held, s * b)  # the attention's, the FFN's
