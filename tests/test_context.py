@@ -6,7 +6,9 @@ other dimensions' bytes in the mesh do; bad layouts are refused before launch.""
 from pathlib import Path
 
 import pytest
+import torch
 
+from runner.layouts.context import ring
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, planned, train
 from tests.helpers.layouts import assert_equal_and_counted, shown_on_timeline
@@ -58,6 +60,25 @@ def test_every_layout_equals_the_single_process_run_and_counts_its_sends(
             for rank in (0, 1):
                 shown = shown_on_timeline(store, run.info.run_id, tmp_path, rank)
                 assert {"cp send-recv", "cp wait"} <= shown, rank
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_the_ring_computes_every_visible_pair_and_half_of_each_other_ranks_block(cp: int) -> None:
+    """Under the head-tail layout (32 positions), each rank's own block whole under its mask;
+    every other rank's block a half, every pair of which its queries see."""
+    positions = torch.tensor(ring.layout(32, cp))
+    side = 32 // cp
+    for index in range(cp):
+        for j in range(cp):
+            keys = positions[(index - j) % cp]
+            visible = keys[None, :] <= positions[index][:, None]
+            rows, cols, mask = ring.box(visible)
+            inside = torch.zeros_like(visible)
+            inside[rows, cols] = True if mask is None else mask
+            assert torch.equal(inside, visible)  # nothing visible left out, nothing hidden in
+            area = (rows.stop - rows.start) * (cols.stop - cols.start)
+            assert area == (side * side if j == 0 else side * side // 2)
+            assert (mask is None) == (j > 0)
 
 
 LLAMA_405B = [  # docs/planner.md's long-context plan: Llama 3 405B's layout at 131,072 tokens

@@ -58,11 +58,10 @@ def in_flight(job: Job) -> int:
     forwards and the first steady one: (v - 1) rounds of the micro-batches a round takes, then
     2 for each rank behind it (ScheduleInterleaved1F1B's count, at most m x v; zero bubble's, 1
     for each)."""
-    p, m, pp = job.parallel, job.microbatches, job.mesh.pp
+    p, m, pp, v = job.parallel, job.microbatches, job.mesh.pp, job.parallel.virtual_stages
     if p.schedule == "gpipe":
         return m
-    v = p.virtual_stages
-    if v == 1:
+    if p.schedule == "1f1b":
         return min(m, pp)
     per_round = m // max(1, m // pp)
     behind = 2 if p.schedule == "interleaved_1f1b" else 1
@@ -85,8 +84,19 @@ def activations_held(job: Job) -> Activations:
         vocab_tp=job.vocab_tp,
         sequence=job.sequence,
         cp=job.mesh.cp,
-        fused_attention=job.hardware.accelerator != "cpu" or not job.model.get("dropout", 0),
+        fused_attention=fused_attention(job),
     )
+
+
+def fused_attention(job: Job) -> bool:
+    """Whether SDPA runs a fused kernel, which keeps no scores: on a GPU, but for grouped-query
+    attention in fp32 (flash takes 16 bits, the memory-efficient kernel no grouped heads); on a
+    CPU, its flash kernel, without dropout."""
+    gpu, m = job.hardware.accelerator != "cpu", job.model
+    grouped = m.get("n_kv_heads") not in (None, m.get("n_heads"))
+    if gpu:
+        return not (grouped and precision_of(job.trainer).activation_bytes == 4)
+    return not m.get("dropout", 0)
 
 
 @shared(key=lambda job: stages_key(job, job.mesh.size("dp")))

@@ -8,8 +8,9 @@ weight gradients), four for the blocks under full recomputation, per micro-batch
 profile's compute_efficiency (the share of compute time matrix products take). The model's FLOPs
 for MFU are counted apart (6 per parameter and token, Kaplan et al. 2020; attention besides).
 Communication: tensor-parallel and pipeline transfers sit between the computations that need
-them, so all of their time counts (over gloo, a pipeline's on the step's path: pipeline_s), and
-so does the sum of a tied weight's gradient between a pipeline's ends. DDP all-reduces a bucket
+them, so all of their time counts (over gloo, a pipeline's on the step's path; an interleaved
+pipeline's on NCCL but its fill and drain hide behind its other stages' compute: pipeline_s),
+and so does the sum of a tied weight's gradient between a pipeline's ends. DDP all-reduces a bucket
 while backward computes the next, so data-parallel time shows only where it outlasts the last
 micro-batch's backward, and never less than the last bucket's, which starts when backward ends.
 Sharded data parallelism (parallel.shard, runner/layouts/sharded/traffic.py): ZeRO-1's
@@ -212,8 +213,8 @@ def dp_wire_bytes(job: Job, traffic: Traffic) -> float:
 
 
 def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float], dict[str, float]]:
-    """Each dimension's exposed time, and what compute hides of it (data and context
-    parallelism)."""
+    """Each dimension's exposed time, and what compute hides of it (data, context and
+    interleaved pipeline parallelism)."""
     hw, mesh = job.hardware, job.mesh
     exposed, hidden = {}, {}
     for dim, payload in traffic.payload.items():
@@ -260,8 +261,9 @@ def pipeline_s(job: Job, link: Any, traffic: Traffic, compute: float) -> tuple[f
     elif job.parallel.virtual_stages > 1:
         hops = 2 * (job.mesh.pp - 1)
         share = sent / (2 * job.parallel.microbatches * sum(messages) / job.mesh.pp)
-        path = transfer_s(link, hops, hops * max(messages) * share)
-        rest = transfer_s(link, calls, sent) - path
+        every = transfer_s(link, calls, sent)  # few micro-batches: fewer sends than the path
+        path = min(every, transfer_s(link, hops, hops * max(messages) * share))
+        rest = every - path
         return path + max(0.0, rest - compute) + tied_s, min(rest, compute)
     return transfer_s(link, calls, sent) + tied_s, 0.0
 

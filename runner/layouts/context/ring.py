@@ -11,7 +11,8 @@ accumulated by every rank their queries saw and arriving home after the last ste
 is launched before the block's compute and waited for after it: what the compute does not hide
 is the time the rank was blocked. Of each block only the rows and columns the causal mask leaves
 visible are computed (`box`: half of every block but the rank's own, under the head-tail
-layout), their products in the layers' dtype and the softmax in fp32, as a flash kernel does.
+layout), their products on inputs in the layers' dtype, as a flash kernel's, the softmax and
+the merge in fp32.
 Under grouped-query attention K and V travel with their own heads and serve their query heads on
 arrival; their gradients are summed back into them.
 
@@ -133,13 +134,16 @@ def box(visible: torch.Tensor) -> Box:
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A product in the layers' dtype (a flash kernel's), its result fp32."""
+    """A product of inputs in the layers' dtype, as a flash kernel takes them; its result in fp32
+    for the softmax and the merge (rounded to that dtype first, where flash keeps its
+    accumulator: torch's CPU products give no fp32 result of 16-bit inputs)."""
     return (a.to(dtype) @ b.to(dtype)).float()
 
 
 def _scores(q: torch.Tensor, k: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
-    """The scores of one block, scaled, -inf where the causal mask hides a key."""
-    scores = _mm(q, k.transpose(-2, -1), q.dtype) / math.sqrt(q.shape[-1])
+    """The scores of one block, scaled (the queries before the product, as SDPA's math path
+    does: fp16 scores stay in range), -inf where the causal mask hides a key."""
+    scores = _mm(q / math.sqrt(q.shape[-1]), k.transpose(-2, -1), q.dtype)
     return scores if visible is None else scores.masked_fill(~visible, float("-inf"))
 
 

@@ -156,7 +156,9 @@ class DecoderSpec(ModelSpec):
         dropout, math = bool(m.get("dropout", 0)), not held.fused_attention
         # Q, K, V and attention's output, a t-th each: the math path saves K and V repeated to
         # every query head under grouped-query attention, a fused kernel and the ring their own
-        qkv = 8 if math and not ring else 4 + 4 * kv_share(m)
+        # (and selective recomputation the projections' outputs, repeated again in backward)
+        narrow = 4 + 4 * kv_share(m)
+        qkv = 8 if math and not ring else narrow
 
         def per_layer() -> float:
             scores = 5 * a * s / (h * t) if math else 0
@@ -172,7 +174,7 @@ class DecoderSpec(ModelSpec):
             stream = 2 / t if held.sequence else 2
             scores = 2 * a * s / (h * t) if math and not ring else 0
             projection = 2 + tp_sums(held)  # the output projection's output and its sum
-            kept = stream + qkv / t + self.ffn_saved_units(m, held, s * b) + projection + scores
+            kept = stream + narrow / t + self.ffn_saved_units(m, held, s * b) + projection + scores
             return s * b * h * kept * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
