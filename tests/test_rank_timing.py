@@ -3,7 +3,14 @@
 import pytest
 
 from runner.layouts.probes import Action, Schedule, Transfer
-from runner.training.callbacks.rank_timing import Step, combine
+from runner.training.callbacks.rank_timing import (
+    BUBBLE,
+    WINDOW,
+    WINDOWS,
+    Step,
+    combine,
+    pipeline_bubble,
+)
 from runner.training.rank import set_process
 from tests.helpers.jobs import compose_job
 
@@ -64,10 +71,28 @@ def test_a_schedules_step_counts_its_actions_and_what_blocked_inside_them() -> N
     )  # actions less the tp wait, optimizer
     assert f["comm_time_s"] == pytest.approx(1 + 1 + 1 + 0.2)  # P2P wait, tp, tied, logging
     assert f["bubble_fraction"] == pytest.approx(1 - 5 / 10)
+    assert [f[k] for k in WINDOW] == pytest.approx([0.0, 10.0, 5.0])  # the run's bubble, over ranks
     assert (f["comm_bytes_tp"], f["comm_bytes_pp"], f["comm_bytes_dp"]) == (64, 128, 0)
     kinds = [kind for kind, *_ in step.spans(0.0)]
     assert kinds == ["forward", "p2p wait", "backward", "optimizer", "all-reduce", "tp all-reduce",
                      "all-reduce"]  # fmt: skip
+
+
+def test_the_bubble_is_over_the_pipelines_step_from_the_first_start_to_the_last_end() -> None:
+    # GPipe, p = 2, m = 2, forward 1 and backward 2 a micro-batch on each stage. Rank 0: F0 0-1,
+    # F1 1-2, B1's gradient at 5, B0 5-7, B1 7-9. Rank 1 starts with rank 0 (the collectives
+    # after the last step held it) and ends at 7: F0 1-2, F1 2-3, B1 3-5, B0 5-7; it waits for
+    # rank 0's last backward after its window. Theory: (p - 1) / (m + p - 1) = 1/3 on each.
+    ranks = [{BUBBLE: 1 - 6 / 9, WINDOWS: [(0.0, 9.0, 6.0)]},
+             {BUBBLE: 1 - 6 / 7, WINDOWS: [(0.0, 7.0, 6.0)]}]  # fmt: skip
+    assert pipeline_bubble(ranks) == pytest.approx(1 / 3)
+    # Two steps, the second 10 s later and a rank's work 3 shorter there: 1/3 and 2/3 idle.
+    ranks[0][WINDOWS].append((10.0, 19.0, 3.0))
+    ranks[1][WINDOWS].append((10.0, 17.0, 3.0))
+    assert pipeline_bubble(ranks) == pytest.approx((1 / 3 + 2 / 3) / 2)
+    # A rank without its windows (a figure from before them): each rank's own, averaged.
+    del ranks[1][WINDOWS]
+    assert pipeline_bubble(ranks) == pytest.approx((1 - 6 / 9 + 1 - 6 / 7) / 2)
 
 
 def test_the_run_takes_means_over_ranks_and_the_worst_idle_fraction() -> None:

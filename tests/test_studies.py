@@ -18,7 +18,7 @@ PARALLEL = 1e-5  # a layout's partial sums add in another order (tests/test_tens
 
 
 @pytest.mark.slow
-def test_bubble_holds_each_job_against_the_theorys_bubble(
+def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     cli: Cli, tmp_path: Path, seeded: str
 ) -> None:
     a = run_study(cli, tmp_path, seeded, "bubble", *SHORT)
@@ -30,10 +30,18 @@ def test_bubble_holds_each_job_against_the_theorys_bubble(
         theory = (p - 1) / (m + p - 1)
         assert a.jobs[number - 1].data.metrics["bubble_fraction_theory"] == pytest.approx(theory)
         assert a.row(number)[5] == f"{100 * theory:.3g}"  # its predicted column, in %
-    assert (
-        "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: schedule=gpipe " in a.said
-    )
-    assert ", schedule=1f1b " in a.said
+    # The measured lesson, on two busy cores (the other test worker beside it) and one timed
+    # step: the bubble falls from m = 2 to m = 8 for each schedule, and at m = 2, where a
+    # message's cost weighs least against the schedule, it is the theory's third within 10 pts
+    # (the study as shipped: within 2 pts; docs/studies.md).
+    measured = a.metric("bubble_fraction_measured")
+    for schedule in range(2):
+        at2, _, at8 = measured[3 * schedule : 3 * schedule + 3]
+        assert at8 < at2
+        assert at2 == pytest.approx(1 / 3, abs=0.10)
+    said = "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: schedule=gpipe falls "
+    assert said in a.said
+    assert ", schedule=1f1b falls " in a.said
 
 
 @pytest.mark.slow

@@ -57,6 +57,10 @@ from runner.training.sampled_profile import SampledProfile
 # A rank's own figures that are not logged as they are: combined into the run's (`combine`).
 LOOP_TIME = "loop_time_s"  # the loop's interval: the run's throughput
 BUBBLE = "bubble_fraction"  # what the schedule's window left idle: bubble_fraction_measured
+# Each step's schedule window and the work in it, the window relative to the common origin: the
+# run's bubble is over the pipeline's step, from the first rank's start to the last rank's end.
+WINDOW = ("schedule_start_s", "schedule_end_s", "schedule_work_s")
+WINDOWS = "schedule_windows"
 SENT, BUS_BYTES, BUSY = "comm_bytes_{}", "comm_bus_bytes_{}", "comm_busy_s_{}"  # per dimension
 SENT_BY_COLLECTIVE = "comm_bytes_dp/{}"  # sharded dp's payload of one collective
 
@@ -151,6 +155,7 @@ class Step:
             | self.payloads()
             | {
                 BUBBLE: 1 - work / (w1 - w0),
+                **dict(zip(WINDOW, (w0, w1, work), strict=True)),
                 SENT.format("pp"): float(schedule.sent_bytes),
             }
             | p2p_bandwidth(schedule)
@@ -323,6 +328,10 @@ class RankTiming(LoopTiming):
     def rank_summary(self) -> dict[str, Any]:
         summary = super().rank_summary()
         per_step = [s.figures() for s in self.looped()]
+        windows = [tuple(f.pop(k) for k in WINDOW) for f in per_step if WINDOW[0] in f]
+        if windows:  # on the common origin, comparable between ranks
+            summary["figures"][WINDOWS] = [(a - self.origin, b - self.origin, w)
+                                           for a, b, w in windows]  # fmt: skip
         if per_step:
             # A step without some collective moved none of its bytes (FSDP's weights may still be
             # gathered from the step before): zero for it, not missing.
@@ -395,10 +404,27 @@ def combine(
         )
     out |= bandwidths(per_rank, dims or {})
     if BUBBLE in per_rank[0]:
-        out[BUBBLE_MEASURED.name] = fmean(r[BUBBLE] for r in per_rank)
+        out[BUBBLE_MEASURED.name] = pipeline_bubble(per_rank)
     for figure in RANKED_TIMES:
         out |= each_rank(per_rank, figure)
     return out
+
+
+def pipeline_bubble(per_rank: list[dict[str, Any]]) -> float:
+    """The share of the pipeline's step its ranks sat idle, as the schedule's theory counts it:
+    each step from the first rank's schedule start to the last rank's end, every rank's work
+    against that. A rank's own window misses the drain: the last stage finishes first and waits
+    for the others' backward in the collectives after it (the loss's broadcast), outside its
+    window. Without every rank's windows: the mean of each rank's own."""
+    windows = [r.get(WINDOWS) for r in per_rank]
+    steps = {len(w) for w in windows if w}
+    if not all(windows) or len(steps) != 1:
+        return fmean(r[BUBBLE] for r in per_rank)
+    idle = []
+    for step in zip(*windows, strict=True):
+        span = max(end for _, end, _ in step) - min(start for start, _, _ in step)
+        idle += [1 - work / span for _, _, work in step]
+    return fmean(idle)
 
 
 def each_rank(per_rank: list[dict[str, float]], figure: Metric) -> dict[str, float]:
