@@ -7,6 +7,7 @@ or do not fit marked). The study's block (runner/config/study.py) says what to c
 
 from __future__ import annotations
 
+import itertools
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
@@ -357,9 +358,47 @@ def best(jobs: list[Job], study: Mapping[str, Any]) -> str | None:
     )
 
 
+def tie(points: Sequence[tuple[float, float, float]]) -> float | None:
+    """Where two lines tie: (x, a, b) in the order of x, the first x at which b - a changes sign,
+    between the two points around it, on log scales (x and the ratio b / a). None: no change."""
+    for (x0, a0, b0), (x1, a1, b1) in itertools.pairwise(points):
+        r0, r1 = math.log(b0 / a0), math.log(b1 / a1)
+        if r0 == 0 or r1 == 0:
+            return x0 if r0 == 0 else x1
+        if r0 * r1 < 0:
+            share = r0 / (r0 - r1)
+            return math.exp(math.log(x0) + share * (math.log(x1) - math.log(x0)))
+    return None
+
+
+def crossover(jobs: list[Job], study: Mapping[str, Any]) -> str | None:
+    """ "step_time_s: devices=2 ties with devices=1 at data.batch_size 2.6 measured, 3.1 as
+    pred/step_time_s has it." Two lines of one swept key, on a numeric x."""
+    figure = study.get("crossover")
+    lines = lines_of([j for j in jobs if j.counts])
+    if not figure or len(lines) != 2 or not numeric([j.x for j in jobs]):
+        return None
+    (first, a), (second, b) = lines.items()
+    guessed = predictions(jobs, figure, study)
+
+    def ties(read: Any) -> float | None:
+        at_a = {float(j.x): read(j) for j in a}
+        pairs = [(float(j.x), at_a.get(float(j.x)), read(j)) for j in b]
+        known = sorted((x, u, v) for x, u, v in pairs if u and v)
+        return tie(known) if len(known) > 1 else None
+
+    measured = ties(lambda j: j.measured(figure))
+    predicted = ties(lambda j: guessed.get(j.number))
+    x, where = study["x"], lambda at: "no tie in the range" if at is None else f"{at:.3g}"
+    head = f"{figure}: {second} ties with {first} at {x} {where(measured)} measured"
+    line = study["predicted"].get(figure)
+    return head + (f", {where(predicted)} as {line} has it." if line else ".")
+
+
 def answer(jobs: list[Job], study: Mapping[str, Any]) -> str:
     """One paragraph, every number in it read from the runs."""
     said = [s for s in (sentence(f, jobs, study) for f in study["figures"]) if s]
+    said += [c for c in [crossover(jobs, study)] if c]
     said += [b for b in [best(jobs, study)] if b]
     x = study["x"] or "job"
     flawed = [j for j in jobs if j.flaw]

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from runner import validate
 from runner.job import resolve_job
 from runner.planner import plan
+from runner.planner.hardware import flops_per_device
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import compose_job
 from tests.helpers.metrics import assert_registered
@@ -353,3 +354,19 @@ def test_all_reduce_calls_are_ddps_buckets(preset: str, cap_mb: float | None) ->
     assert bucket_count([4 * p.numel() for p in tensors], cap_mb) == len(ddp)
     if preset == "gpt3_175b":  # payload / 25 MiB would say ~27,000
         assert len(ddp) < 1_000
+
+
+def test_a_cpu_rank_computes_at_its_threads_share_of_the_host() -> None:
+    # The CPU profile's peak is the whole host's. On 2 cores: one process with both cores reaches
+    # all of it, one with one thread half, two processes of one thread each half each; four
+    # processes of one thread share the 2 cores: a quarter each, whatever their threads say.
+    def rate(devices: int, threads: str) -> float:
+        cfg, _ = compose_job(f"hardware.devices={devices}", "hardware.cores=2",
+                             f"hardware.threads_per_rank={threads}")  # fmt: skip
+        return flops_per_device(cfg.hardware, "fp32")
+
+    host = rate(1, "null")
+    assert rate(1, "1") == pytest.approx(host / 2)
+    assert rate(2, "1") == pytest.approx(host / 2)
+    assert rate(2, "null") == pytest.approx(host / 2)
+    assert rate(4, "1") == pytest.approx(host / 4)

@@ -45,18 +45,24 @@ def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
 
 
 @pytest.mark.slow
-def test_data_scaling_sends_the_same_payload_over_a_longer_ring(
+def test_data_scaling_pays_at_a_large_batch_and_not_at_a_small_one(
     cli: Cli, tmp_path: Path, seeded: str
 ) -> None:
     a = run_study(cli, tmp_path, seeded, "data_scaling", *SHORT)
-    assert [j.data.tags["world_size"] for j in a.jobs] == ["1", "2", "4"]
-    _, two, four = a.metric("comm_bytes_per_step/dp")
-    assert two == four  # every rank hands the all-reduce all its gradients
-    _, ring_two, ring_four = a.metric("pred/ring_bytes_per_step/dp")
-    assert ring_four == pytest.approx(1.5 * ring_two)  # 2 (n - 1) / n
-    fastest = max(range(3), key=lambda i: a.metric("throughput_samples_per_s")[i] or 0)
-    assert f"of the jobs that finished: #{fastest + 1} (hardware.devices=" in a.said
-    assert "throughput_samples_per_s, as hardware.devices goes 1 → 4: " in a.said
+    batches = [2, 8, 32, 64]
+    assert [(j.data.tags["world_size"], int(j.data.params["data.batch_size"])) for j in a.jobs] == [
+        (n, b) for n in ("1", "2") for b in batches
+    ]
+    # Every rank hands the all-reduce all its gradients, whatever the batch.
+    sent = a.metric("comm_bytes_per_step/dp")[4:]
+    assert len(set(sent)) == 1 and sent[0] == a.metric("pred/comm_bytes_per_step/dp")[4]
+    # The lesson, measured: two replicas over one in samples/s grows with the batch, the all-
+    # reduce's share shrinking (as shipped, on a quiet host: 0.75x at 2, 1.97x at 64; here one
+    # timed step beside the other test worker, so the order only).
+    samples = a.metric("throughput_samples_per_s")
+    gain = [two / one for one, two in zip(samples[:4], samples[4:], strict=True)]
+    assert gain[-1] > gain[0], gain
+    assert "step_time_s: devices=2 ties with devices=1 at data.batch_size " in a.said
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from runner.config.study import StudyConfig
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, LOST_STEPS, PLAN_FITS, THROUGHPUT
+from runner.study_report import tie
 from runner.sweep_run import end_parent, start_parent
 from runner.tracking import NESTED_TAG
 
@@ -115,3 +116,14 @@ def test_failures_on_purpose_count_and_repeats_are_averaged(
         " 1 of 5 jobs ended FINISHED: #5 (checkpoint.every_n_steps=4)." in report
     )
     assert "| #2 | 2 | 5 | FAILED | 1 | 1 | +0 |" in report
+
+
+def test_two_lines_tie_where_their_ratio_crosses_one_on_log_scales() -> None:
+    # One replica's step 10 then 30 ms, two's 15 then 20 ms, at batches 2 and 8: the ratio goes
+    # 1.5 -> 2/3, symmetric on a log scale, so the tie is halfway on log x: sqrt(2 * 8) = 4.
+    assert tie([(2, 10.0, 15.0), (8, 30.0, 20.0)]) == pytest.approx(4.0)
+    # The first crossing; a tie at a point is that point; no change of side, no tie.
+    assert tie([(1, 1.0, 1.0), (2, 1.0, 3.0)]) == 1
+    # ratio 2 then 1/4: log 2 and -2 log 2, a third of the way: 2 ** (1/3)
+    assert tie([(1, 1.0, 2.0), (2, 4.0, 1.0), (4, 1.0, 4.0)]) == pytest.approx(2 ** (1 / 3))
+    assert tie([(1, 1.0, 2.0), (2, 1.0, 3.0)]) is None

@@ -32,6 +32,9 @@ class StudyConfig:
     predicted: dict[str, str] = field(default_factory=dict)
     # "lowest cost_usd" or "highest mfu": the answer names the job that does best by one figure
     best: str | None = None
+    # A figure of study.figures on which two lines cross (one replica's step time and two's):
+    # the answer says at which x they tie, measured and as predicted
+    crossover: str | None = None
     # How each job ends: FINISHED; FAILED where the study injects a fault on purpose (fault.*):
     # the failure is the measurement, so the sweep goes on to its next job and counts this one.
     ends: str = "FINISHED"
@@ -64,6 +67,12 @@ def check_study(study: Any, cfg: DictConfig) -> None:
             how in BEST and figure in study.figures,
             "study.best",
             f"'{study.best}': 'lowest' or 'highest', then one of study.figures",
+        )
+    if study.crossover is not None:
+        require(
+            study.crossover in study.figures and len(study.lines) == 1,
+            "study.crossover",
+            f"'{study.crossover}': one of study.figures, with one key in study.lines",
         )
     one_of(study.ends, "study.ends", ENDS)
     require(

@@ -10,10 +10,21 @@ from runner.config.hardware import processes_per_host
 from runner.mesh import RANKS_OF, Mesh
 
 
-def device_share(hw: HardwareConfig) -> int:
+def device_share(hw: HardwareConfig) -> float:
     """On a CPU the profile describes the host, whose cores and power its processes share (on an
-    emulated network, every node's)."""
-    return processes_per_host(hw) if hw.accelerator == "cpu" else 1
+    emulated network, every node's). A rank given fewer threads than its share of the cores
+    (hardware.threads_per_rank) computes on those alone: one process with one thread of two
+    cores reaches half the host's rate, not all of it."""
+    if hw.accelerator != "cpu":
+        return 1
+    processes = processes_per_host(hw)
+    if hw.threads_per_rank is None:
+        return processes
+    return max(processes, host_cores(hw) / hw.threads_per_rank)
+
+
+def host_cores(hw: HardwareConfig) -> int:
+    return hw.cores or len(os.sched_getaffinity(0))
 
 
 def flops_per_device(hw: HardwareConfig, dtype: str) -> float:
@@ -26,8 +37,7 @@ def software_stretch(hw: HardwareConfig) -> float:
     outnumber its cores (they take turns on them): processes / cores, at least 1."""
     if hw.accelerator != "cpu":
         return 1.0
-    cores = hw.cores or len(os.sched_getaffinity(0))
-    return max(1.0, processes_per_host(hw) / cores)
+    return max(1.0, processes_per_host(hw) / host_cores(hw))
 
 
 def power_per_device_w(hw: HardwareConfig) -> float:
