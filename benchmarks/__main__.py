@@ -23,6 +23,7 @@ BENCHMARKS = [
     "system_metrics",
     "startup",
     "pipeline_bubble",
+    "pipeline_cost",
     "network",
     "search",
     "memory_peak",
