@@ -173,6 +173,8 @@ BAD = [
     (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards the replic"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
+    (["hardware.emulated_linear_ms=0"], "hardware.emulated_linear_ms: must be positive or null"),
+    (["-m", "+experiment=data_scaling", "study.crossover=idle"], "study.crossover: 'idle': one of"),
 ]
 
 

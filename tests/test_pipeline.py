@@ -117,7 +117,13 @@ def test_the_seeds_pipeline_is_measured_drawn_and_tabled(
         m["comm_bytes_per_step/pp"] == m["pred/comm_bytes_per_step/pp"] == 2 * 64 * 3 * 64 * 4 / 4
     )
     assert m["bubble_fraction_theory"] == pytest.approx(3 / 7)
-    assert 0 < m["bubble_fraction_measured"] < 1
+    # 4 ranks on 2 cores, each layer's work emulated (a device's, its rank asleep): the measured
+    # bubble is the theory's, within 2 pts as shipped (docs/studies.md), 10 beside other tests.
+    assert m["bubble_fraction_measured"] == pytest.approx(3 / 7, abs=0.1)
+    assert (
+        "its rank slept 20 ms a forward and 40 ms a backward"
+        in run.data.tags["mlflow.note.content"]
+    )
     assert_registered(run)
     client = MlflowClient(uri)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -48,6 +48,10 @@ class HardwareConfig:
     # software costs (step_overhead_s, tp_layer_overhead_us) stretch by processes / cores.
     cores: int | None = None
     keep_freed_memory: bool = True  # glibc's malloc keeps a step's freed memory for the next
+    # Each Linear's forward takes this much more (backward twice), its rank's thread sleeping: a
+    # device that computes while its host waits, for more ranks than cores (runner/models/
+    # device_time.py). None: what the host computes, as it computes it.
+    emulated_linear_ms: float | None = None
     memory_gib: float | None = None  # per device; None: read from this host
     # Per device by the key a precision computes at (fp32, tf32, bf16, fp16: runner/precision.py);
     # on a CPU, the whole host's (its devices share the cores).
@@ -87,6 +91,10 @@ def check_hardware(hw: Any, train: bool) -> None:
     threads = hw.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
     require(hw.cores is None or hw.cores > 0, "hardware.cores", "must be positive or null")
+    emulated = hw.emulated_linear_ms
+    require(
+        emulated is None or emulated > 0, "hardware.emulated_linear_ms", "must be positive or null"
+    )
     require(hw.devices is None or hw.devices > 0, "hardware.devices", "must be positive or null")
     check_slow_nodes(hw)
     if hw.accelerator == "gpu" and train:

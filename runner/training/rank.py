@@ -35,6 +35,7 @@ from runner.data.sampling import ShardedBatchSampler
 from runner.layouts.strategy import strategy
 from runner.mesh import TRAFFIC_DIMS, mesh_of
 from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
+from runner.models.device_time import emulate_device_time
 from runner.models.recompute import recompute
 from runner.models.registry import spec_for
 from runner.planner.failures import priced
@@ -227,6 +228,7 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
     spec = spec_for(cfg.model)
     if spec is not None:
         recompute(spec.recompute_units(model), cfg.trainer.recompute)
+    emulate_device_time(model, cfg.hardware.emulated_linear_ms)
     if cfg.trainer.tf32:  # checked: a GPU with TF32 tensor cores
         torch.set_float32_matmul_precision("high")
     if cfg.trainer.compile:  # in place: the state dict keeps its keys, snapshots stay as they are

@@ -118,13 +118,19 @@ def record_pipeline(
     pipeline = [one_step[mesh.rank(s, 0, 0)][0] for s in range(mesh.pp)]  # replica 0, shard 0
     table = step_table.report(mesh.pp, p.microbatches, p.schedule, pipeline)
     run.client.log_text(run.run_id, table, "pipeline_steps.txt")
-    bubble = bubble_note(figures, world_size(cfg))
+    bubble = bubble_note(figures, world_size(cfg), cfg.hardware.emulated_linear_ms)
     run.client.set_tag(run.run_id, "mlflow.note.content", f"{bubble}\n\n```\n{table}\n```")
 
 
-def bubble_note(figures: dict[str, float], world: int) -> str:
+def bubble_note(figures: dict[str, float], world: int, emulated_ms: float | None = None) -> str:
     theory, measured = figures[BUBBLE_THEORY.name], figures[BUBBLE_MEASURED.name]
     note = f"Bubble: theory {theory:.3f}, measured {measured:.3f}."
+    if emulated_ms:
+        note += (
+            f" Each layer's work was a device's: its rank slept {emulated_ms:g} ms a forward and"
+            f" {2 * emulated_ms:g} ms a backward (hardware.emulated_linear_ms), so {world} ranks"
+            " kept the schedule's shape whatever the host's cores."
+        )
     cores = len(os.sched_getaffinity(0))
     if measured - theory > 0.1:
         note += (
