@@ -1,16 +1,18 @@
 """The cost of a micro-batch in the runner's pipeline against the same schedule without the runner.
 
-The `bubble` study's job (experiments/bubble.yaml: 2 stages of four 1,024-wide layers, a batch of
-1,024, GPipe) at m = 2 and 8 micro-batches, four ways (benchmarks/plain_pipeline.py has the plain
-two): a hand-written send/recv loop; torch.distributed.pipelining's schedule alone; the runner
-with its timing and probes off (`trainer.measure=false`); the runner as shipped. Each step's time
-is the loop's interval (batch start to batch start, the optimizer included), the mean after the
-warm-up. The same global batch at both m, so the same work: (step at m = 8 - step at m = 2) / 6
-is what one more micro-batch costs each way. The plain sides time their actions too (forward,
-backward, blocked receiving, summed over a step, per rank).
-The last line: the runner's step over the schedule's alone at m = 8 (target <= 1.10: what the
-runner adds to torch's schedule). The runs go one after another, so the machine's drift (5-15 %
-over tens of seconds, benchmarks/noise.py) is in the ratios too: read them to 0.05.
+The `bubble` study's job (experiments/bubble.yaml, GPipe, a batch of 1,024) with a quarter of its
+layers (2 stages of four 1,024-wide layers: what a micro-batch costs besides its work shows more
+against 10 ms forwards than against the study's 40) at m = 2 and 8 micro-batches, four ways
+(benchmarks/plain_pipeline.py has the plain two): a hand-written send/recv loop;
+torch.distributed.pipelining's schedule alone; the runner with its timing and probes off
+(`trainer.measure=false`); the runner as shipped. Each step's time is the loop's interval (batch
+start to batch start, the optimizer included), the mean after the warm-up. The same global batch at
+both m, so the same work: (step at m = 8 - step at m = 2) / 6 is what one more micro-batch costs
+each way. The plain sides time their actions too (forward, backward, blocked receiving, summed over
+a step, per rank).
+The last line: the runner's step over the schedule's alone at m = 8 (target <= 1.10: what the runner
+adds to torch's schedule). The runs go one after another, so the machine's drift (5-15 % over tens
+of seconds, benchmarks/noise.py) is in the ratios too: read them to 0.05.
 Usage: .venv/bin/python -m benchmarks.pipeline_cost [override ...]
 """
 
@@ -19,14 +21,14 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from pathlib import Path
 
 from benchmarks.common import QUIET, bounded, last_metrics, ratio_line, runner
 from benchmarks.plain_pipeline import PREFIX
 from runner.metrics import THROUGHPUT
 
 BATCH = 1024
-JOB = ["+experiment=bubble", "parallel.schedule=gpipe", "trainer.max_steps=14"]
+HIDDEN = "model.hidden=[" + ",".join(["1024"] * 7) + "]"  # four layers a stage
+JOB = ["+experiment=bubble", HIDDEN, "parallel.schedule=gpipe", "trainer.max_steps=14"]
 JOB += ["trainer.warmup_steps=4", *QUIET]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
 TORCHRUN += ["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1"]
@@ -35,7 +37,7 @@ MICROBATCHES = (2, 8)
 
 def plain(how: str, m: int, extra: list[str]) -> dict[str, float]:
     """Rank 0's and rank 1's figures, the step their mean: the plain pipeline's line."""
-    job = ["model=ffnn", *hidden(), f"data.batch_size={BATCH}", "parallel.schedule=gpipe"]
+    job = ["model=ffnn", HIDDEN, f"data.batch_size={BATCH}", "parallel.schedule=gpipe"]
     job += [f"parallel.microbatches={m}", "trainer.max_steps=14", "trainer.warmup_steps=4"]
     done = bounded([*TORCHRUN, "-m", "benchmarks.plain_pipeline", how, *job, *extra], 600)
     line = next((x for x in done.stdout.splitlines() if x.startswith(PREFIX)), None)
@@ -43,15 +45,6 @@ def plain(how: str, m: int, extra: list[str]) -> dict[str, float]:
         sys.exit(f"benchmarks.plain_pipeline {how} failed:\n{done.stderr[-3000:]}")
     ranks = json.loads(line[len(PREFIX) :])
     return {k: sum(r.get(k, 0.0) for r in ranks) / len(ranks) for k in ranks[0]}
-
-
-def hidden() -> list[str]:
-    """The study's model, as the plain script composes it without the study."""
-    import yaml
-
-    study = Path(__file__).resolve().parent.parent / "experiments" / "bubble.yaml"
-    widths = yaml.safe_load(study.read_text())["model"]["hidden"]
-    return [f"model.hidden=[{','.join(map(str, widths))}]"]
 
 
 def runner_step(m: int, measure: bool, extra: list[str]) -> float:

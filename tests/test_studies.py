@@ -31,19 +31,18 @@ def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
         theory = (p - 1) / (m + p - 1)
         assert a.jobs[number - 1].data.metrics["bubble_fraction_theory"] == pytest.approx(theory)
         assert a.row(number)[5] == f"{100 * theory:.3g}"  # its predicted column, in %
-    # The measured lesson, on two busy cores (the other test worker beside it) and four timed
-    # steps: the bubble falls from m = 2 to m = 8 for each schedule, and at m = 2, where a
-    # message's cost weighs least against the schedule, it is the theory's third within 10 pts
-    # (the study as shipped: within 2 pts; docs/studies.md).
+    # The measured lesson, on two busy cores (the other test worker beside it) and five timed
+    # steps: the bubble falls from m = 2 to m = 8 for each schedule, and at m = 2, where what a
+    # micro-batch costs besides its work weighs least, it is the theory's third within 10 pts;
+    # the planner's idle share is within 10 pts of the measured one at every point (the study as
+    # shipped: within 5 pts of the theory and of the planner everywhere; docs/studies.md).
     measured = a.metric("bubble_fraction_measured")
     idle, planned = a.metric("idle_fraction"), a.metric("pred/idle_fraction")
     for schedule in range(2):
         at2, _, at8 = measured[3 * schedule : 3 * schedule + 3]
         assert at8 < at2
         assert at2 == pytest.approx(1 / 3, abs=0.10)
-        # The planner's idle share there, on the CPU profile (as shipped: 0.337 planned, 0.339
-        # and 0.342 measured)
-        assert planned[3 * schedule] == pytest.approx(idle[3 * schedule], abs=0.10)
+    assert planned == pytest.approx(idle, abs=0.10)
     said = "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: schedule=gpipe falls "
     assert said in a.said
     assert ", schedule=1f1b falls " in a.said
