@@ -24,6 +24,7 @@ BENCHMARKS = [
     "startup",
     "pipeline_bubble",
     "pipeline_cost",
+    "crossover",
     "network",
     "search",
     "memory_peak",

@@ -417,6 +417,9 @@ CALIBRATE_PRODUCTS_SHARE = calibrated(
 )
 CALIBRATE_LATENCY = calibrated("<link>/latency_s", SECONDS, "gloo's latency over loopback")
 CALIBRATE_BANDWIDTH = calibrated("<link>/bandwidth_bytes_s", "B/s", "gloo's bandwidth, loopback")
+CALIBRATE_DDP_OVERHEAD = calibrated(
+    "ddp_overhead_s_per_mb", SECONDS, "what DDP adds to a step per MB of gradients, over the link"
+)
 CALIBRATE_TP_OVERHEAD = calibrated(
     "tp_layer_overhead_s", SECONDS, "a tensor-parallel layer's cost beyond compute and transfers"
 )

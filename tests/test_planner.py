@@ -19,6 +19,7 @@ from runner.planner import plan
 from runner.planner.hardware import flops_per_device
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import compose_job
+from tests.helpers.jobs import planned as planned_job
 from tests.helpers.metrics import assert_registered
 from tests.helpers.records import all_runs
 
@@ -370,3 +371,27 @@ def test_a_cpu_rank_computes_at_its_threads_share_of_the_host() -> None:
     assert rate(2, "1") == pytest.approx(host / 2)
     assert rate(2, "null") == pytest.approx(host / 2)
     assert rate(4, "1") == pytest.approx(host / 4)
+
+
+def test_ddp_pays_its_cost_whole_and_over_busy_loopback_hides_nothing() -> None:
+    job = ["parallel=data", "hardware.devices=2", "data.batch_size=64", "hardware.cores=2"]
+
+    def dp(*more: str) -> tuple[float, float, float]:
+        p = planned_job(*job, *more)
+        return p["comm_time_s"]["dp"], p["comm_hidden_s"]["dp"], p["comm_bytes_per_step"]["dp"]
+
+    link = compose_job(*job)[0].hardware.intra_node
+    bare, hidden, grads = dp("hardware.ddp_overhead_us_per_mb=0")
+    # Two one-thread ranks fill the 2 cores: the all-reduce is their own copying, none of it
+    # hidden: each of DDP's 2 buckets (1 MiB, then the rest) its latency, the bytes at the rate
+    assert grads > 2**20
+    assert hidden == 0
+    assert bare == pytest.approx(2 * link.latency_us * 1e-6 + grads / (link.bandwidth_gbs * 1e9))
+    # DDP's own cost: its rate times the gradients' MB, on top
+    costly, _, _ = dp("hardware.ddp_overhead_us_per_mb=1000")
+    assert costly - bare == pytest.approx(grads / 1e6 * 1000e-6)
+    # A spare core each (one thread a rank on 4 cores): backward hides all but the last bucket
+    spare, hidden, _ = dp(
+        "hardware.ddp_overhead_us_per_mb=0", "hardware.cores=4", "hardware.threads_per_rank=1"
+    )
+    assert hidden > 0 and spare + hidden == pytest.approx(bare)

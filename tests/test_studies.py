@@ -4,6 +4,7 @@ must say about its own question, from its jobs' own runs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,14 @@ def test_data_scaling_pays_at_a_large_batch_and_not_at_a_small_one(
     samples = a.metric("throughput_samples_per_s")
     gain = [two / one for one, two in zip(samples[:4], samples[4:], strict=True)]
     assert gain[-1] > gain[0], gain
-    assert "step_time_s: devices=2 ties with devices=1 at data.batch_size " in a.said
+    # The planner ties them inside the range: it prices what DDP adds at every batch (with its
+    # all-reduce hidden and no DDP cost it priced two replicas faster everywhere). How far its
+    # tie lies from the measured one (as shipped: 5.5 planned, 2.8 to 10.2 measured) is held by
+    # benchmarks/crossover.py on a quiet host: here, beside another test's load, the measured
+    # tie moved to 33.7 once.
+    said = re.search(r"data.batch_size \S+ measured, (\S+) as pred/step_time_s", a.said)
+    assert said, a.said
+    assert 2 < float(said.group(1)) < 64
 
 
 @pytest.mark.slow

@@ -68,6 +68,10 @@ class HardwareConfig:
     # Software cost of one tensor-parallel layer's forward and backward beyond its compute and
     # collectives (DTensor's dispatch), per micro-batch.
     tp_layer_overhead_us: float = 0.0
+    # What data parallelism's runtime (DDP) adds to a step per MB of gradients beyond what the
+    # link prices its all-reduce at: copying gradients into its buckets and out, its hooks, and
+    # on a CPU gloo's threads taking turns with the compute on the same cores.
+    ddp_overhead_us_per_mb: float = 0.0
     power_w: float = MISSING  # per device (on a CPU: the host's, shared by its devices)
     pue: float = 1.0  # facility power / IT power
     usd_per_kwh: float = 0.10
@@ -148,7 +152,8 @@ def check_profile(hw: Any) -> None:
     missing(hw, "hardware", *PROFILE)
     positive(hw, "hardware", "power_w", "pue")
     fraction(hw.compute_efficiency, "hardware.compute_efficiency")
-    for name in ("usd_per_kwh", "step_overhead_s", "tp_layer_overhead_us"):
+    software = ("step_overhead_s", "tp_layer_overhead_us", "ddp_overhead_us_per_mb")
+    for name in ("usd_per_kwh", *software):
         require(hw[name] >= 0, f"hardware.{name}", f"must be 0 or more, got {hw[name]}")
     require(hw.memory_gib is None or hw.memory_gib > 0, "hardware.memory_gib", "must be positive")
     for dtype, tflops in hw.peak_tflops.items():

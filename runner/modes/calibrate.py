@@ -8,7 +8,8 @@ of (compute_efficiency); what the runner's own step (Lightning, hooks, logging) 
 CPU all this runs at the threads each rank gets (hardware.threads_per_rank; all cores if unset);
 there also DTensor's cost per tensor-parallel layer, and gloo's all-reduce and point-to-point time
 between two processes over 127.0.0.1 for messages from 4 kB to 16 MB, fitted as latency + size /
-bandwidth; on a GPU the links are the profile's own (one process, one
+bandwidth, and what DDP adds to the configured model's step beyond its all-reduce as that fit
+prices it (per MB of gradients); on a GPU the links are the profile's own (one process, one
 device, measures no network). The profile, based on the one the run was given, goes to
 ./conf/hardware/calibrated.yaml where it runs (hardware=calibrated from there), the measurements
 to an MLflow run (tag mode=calibrate).
@@ -17,7 +18,9 @@ to an MLflow run (tag mode=calibrate).
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +32,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from runner.allocator import keep_freed_memory
 from runner.cluster import free_port
@@ -37,6 +41,7 @@ from runner.job import Job
 from runner.metrics import (
     CALIBRATE_BANDWIDTH,
     CALIBRATE_CORES,
+    CALIBRATE_DDP_OVERHEAD,
     CALIBRATE_LATENCY,
     CALIBRATE_MATMUL,
     CALIBRATE_MEMORY_BANDWIDTH,
@@ -59,6 +64,7 @@ PROFILE = Path("conf") / "hardware" / "calibrated.yaml"
 SIZES = [2**k for k in range(12, 25, 2)]  # 4 kB .. 16 MB
 REPEATS = 5
 CPU = torch.device("cpu")
+DDP_EXTRA, GRAD_BYTES = "ddp_extra_s", "grad_bytes"  # what the link processes hand back
 LINK_REPEATS = 25  # small messages are noisy: a scheduler hiccup is longer than the message
 # Seconds of calls to time one product size with: a slow path (bf16 on a CPU without bf16
 # instructions ran a 1,024-square product at 0.8 GFLOP/s here) would take 15 s of a calibration.
@@ -84,6 +90,12 @@ def best_time(
     if budget_s is not None:
         repeats = max(1, min(repeats, int(budget_s / max(warm_up, 1e-9))))
     return min(timed(fn, device) for _ in range(repeats))
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    """The median of `repeats` timed calls, after a warm-up."""
+    timed(fn, CPU)
+    return statistics.median(timed(fn, CPU) for _ in range(repeats))
 
 
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
@@ -184,7 +196,7 @@ def device_of(cfg: DictConfig) -> torch.device:
     return torch.device("cuda" if cfg.hardware.accelerator == "gpu" else "cpu")
 
 
-def _links(rank: int, port: int, out: str) -> None:
+def _links(rank: int, port: int, out: str, config: dict[str, Any]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
     # As the runner's ranks: the cores shared between the two (measured: with torch's default, a
     # thread per core in each, DTensor's cost per layer came out 1.8 to 7.2 ms from run to run).
@@ -202,8 +214,10 @@ def _links(rank: int, port: int, out: str) -> None:
         times["all_reduce"].append(best_time(lambda t=t: dist.all_reduce(t), LINK_REPEATS))
         times["p2p"].append(best_time(ping, LINK_REPEATS) / 2)
     tp_overhead = tensor_layer_overhead(times["all_reduce"][0])
+    ddp_extra, grad_bytes = ddp_cost(OmegaConf.create(config))
     if rank == 0:
-        Path(out).write_text(json.dumps(times | {CALIBRATE_TP_OVERHEAD.name: tp_overhead}))
+        figures = {CALIBRATE_TP_OVERHEAD.name: tp_overhead, DDP_EXTRA: ddp_extra}
+        Path(out).write_text(json.dumps(times | figures | {GRAD_BYTES: grad_bytes}))
     dist.destroy_process_group()
 
 
@@ -227,14 +241,34 @@ def tensor_layer_overhead(allreduce_latency: float) -> float:
     return max(0.0, (t_split - t_whole - 2 * allreduce_latency) / 2)
 
 
-def link_times() -> dict[str, list[float]]:
+def ddp_cost(cfg: DictConfig) -> tuple[float, float]:
+    """What DDP adds to the configured model's step (one sample a process, so that compute
+    weighs least) beyond the same step without it, and the bytes of gradients it all-reduces."""
+    from runner import plain_loop
+
+    one = OmegaConf.merge(cfg, {"data": {"batch_size": 1}})
+    model, optimizer, loss_fn = plain_loop.build(one)
+    x, y = random_batch(one, model, CPU)
+
+    def step(module: nn.Module) -> Callable[[], None]:
+        return lambda: plain_loop.step(module, optimizer, loss_fn, x, y, one.trainer.precision)
+
+    # Medians, not the shortest: gloo's threads wake late now and then, and a step pays for it
+    plain = median_time(step(model), LINK_REPEATS)
+    ddp = median_time(step(DistributedDataParallel(model)), LINK_REPEATS)
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return max(0.0, ddp - plain), grads
+
+
+def link_times(cfg: DictConfig) -> dict[str, Any]:
     """gloo between two processes on 127.0.0.1, forked by the runner's fork server (its imports
     made once, for these and the split step's ranks); rank 0 hands its times back in a file."""
     start_fork_server()
     port = free_port()
+    config = OmegaConf.to_container(cfg, resolve=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "links.json"
-        mp.start_processes(_links, (port, str(out)), nprocs=2, start_method="forkserver")
+        mp.start_processes(_links, (port, str(out), config), nprocs=2, start_method="forkserver")
         return json.loads(out.read_text())
 
 
@@ -255,7 +289,7 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
         keep_freed_memory()  # compute_efficiency (measured: 5-8 % faster kept)
     # The links first: their processes wait for the fork server's imports, which must not run
     # beside the timings below.
-    links = link_figures() if device.type == "cpu" else {}
+    links = link_figures(cfg) if device.type == "cpu" else {}
     measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys_of(device)}
     peaks = {key: peak for key, (peak, _) in measured.items()}
     curves = {key: curve for key, (_, curve) in measured.items()}
@@ -283,19 +317,24 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     } | links
 
 
-def link_figures() -> dict[str, Any]:
-    links = link_times()
+def link_figures(cfg: DictConfig) -> dict[str, Any]:
+    links = link_times(cfg)
     # A ring all-reduce of S bytes over 2 ranks puts 2(n-1)/n * S = S on the wire.
     ar_latency, ar_bandwidth = fit_line(SIZES, links["all_reduce"])
     p2p_latency, p2p_bandwidth = fit_line(SIZES, links["p2p"])
-    overhead = CALIBRATE_TP_OVERHEAD.name
+    overhead, grads = CALIBRATE_TP_OVERHEAD.name, links[GRAD_BYTES]
+    # DDP's cost beyond the all-reduce of its gradients as the fit prices it (one call a bucket
+    # of DDP's: 1 MiB first, 25 MiB after), per MB of them
+    buckets = 1 + math.ceil(max(0.0, grads - 2**20) / (25 * 2**20))
+    priced = buckets * ar_latency + grads / ar_bandwidth
     return {
         "all_reduce": fitted(ar_latency, ar_bandwidth),
         "p2p": fitted(p2p_latency, p2p_bandwidth),
         "sizes": SIZES,
-        "times": {k: v for k, v in links.items() if k != overhead},
+        "times": {k: links[k] for k in ("all_reduce", "p2p")},
         overhead: links[overhead],
         "tp_layer_overhead_from": "a tiny Linear pair split over 2 processes",
+        CALIBRATE_DDP_OVERHEAD.name: max(0.0, links[DDP_EXTRA] - priced) / (grads / 1e6),
     }
 
 
@@ -348,13 +387,22 @@ def profile(m: Mapping[str, Any]) -> dict[str, Any]:
         "compute_efficiency": m[CALIBRATE_PRODUCTS_SHARE.name],
         "step_overhead_s": m[CALIBRATE_STEP_OVERHEAD.name],
     }
-    return out | ({"cores": m[CALIBRATE_CORES.name], "intra_node": link(m)} if "p2p" in m else {})
+    if "p2p" not in m:
+        return out
+    ddp = m[CALIBRATE_DDP_OVERHEAD.name] * 1e6
+    return (
+        out
+        | {"cores": m[CALIBRATE_CORES.name], "intra_node": link(m)}
+        | {"ddp_overhead_us_per_mb": ddp}
+    )
 
 
 def link_yaml(m: Mapping[str, Any]) -> str:
     line, overhead_us = link(m), m[CALIBRATE_TP_OVERHEAD.name] * 1e6
+    ddp_us = m[CALIBRATE_DDP_OVERHEAD.name] * 1e6
     return f"""cores: {m[CALIBRATE_CORES.name]}  # its processes share them
 tp_layer_overhead_us: {overhead_us:.1f}  # {m["tp_layer_overhead_from"]}
+ddp_overhead_us_per_mb: {ddp_us:.1f}  # the model's DDP step at 1 sample, over its link's price
 intra_node:
   name: gloo over loopback (measured)
   bandwidth_gbs: {line["bandwidth_gbs"]:.4f}

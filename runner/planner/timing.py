@@ -12,7 +12,9 @@ them, so all of their time counts (over gloo, a pipeline's on the step's path; a
 pipeline's on NCCL but its fill and drain hide behind its other stages' compute: pipeline_s),
 and so does the sum of a tied weight's gradient between a pipeline's ends. DDP all-reduces a bucket
 while backward computes the next, so data-parallel time shows only where it outlasts the last
-micro-batch's backward, and never less than the last bucket's, which starts when backward ends.
+micro-batch's backward, and never less than the last bucket's, which starts when backward ends;
+over a CPU host's loopback whose cores all compute nothing hides it, and DDP's own cost per MB
+(hardware.ddp_overhead_us_per_mb) adds whole.
 Sharded data parallelism (parallel.shard, runner/layouts/sharded/traffic.py): ZeRO-1's
 all-reduce as DDP's, its broadcast after the step whole; FSDP's gathers before the first layer
 computes (the root's and the first layer's) and its last reduce-scatters (theirs, after
@@ -36,7 +38,13 @@ from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
 from runner.mesh import P2P_DIMS
 from runner.planner import gemm
-from runner.planner.hardware import device_share, software_stretch, tier, transfer_s
+from runner.planner.hardware import (
+    copies_on_busy_cores,
+    device_share,
+    software_stretch,
+    tier,
+    transfer_s,
+)
 from runner.precision import precision_of
 
 
@@ -228,7 +236,7 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
         total = transfer_s(link, traffic.calls[dim], wire_bytes(dim, payload, n, kind))
         exposed[dim] = total
         if dim == "dp" and dim in traffic.tail:
-            exposed[dim], hidden[dim] = ddp_s(job, total, traffic.tail[dim], compute)
+            exposed[dim], hidden[dim] = ddp_s(job, total, traffic.tail[dim], compute, payload)
         if dim == "cp":  # the ring's sends run beside attention's products
             exposed[dim] = ring_s(job, link)
             hidden[dim] = total - exposed[dim]
@@ -277,14 +285,21 @@ def ring_s(job: Job, link: Any) -> float:
     return max(0.0, forward - attention * (1 + full)) + max(last, backward - 2 * attention)
 
 
-def ddp_s(job: Job, total: float, tail: float, compute: float) -> tuple[float, float]:
+def ddp_s(
+    job: Job, total: float, tail: float, compute: float, payload: float
+) -> tuple[float, float]:
     """DDP's all-reduce time exposed and hidden: all but its last bucket hides behind the last
-    micro-batch's backward."""
-    link = tier(job.hardware, job.mesh, "dp")
-    last = transfer_s(link, 1, wire_bytes("dp", tail, job.mesh.size("dp")))
+    micro-batch's backward, save over a CPU host's loopback whose cores all compute, where
+    nothing hides it (copies_on_busy_cores). Its runtime's own cost for the payload's MB
+    (hardware.ddp_overhead_us_per_mb) adds to the step whole."""
+    hw, n = job.hardware, job.mesh.size("dp")
+    software = payload / 1e6 * hw.ddp_overhead_us_per_mb * 1e-6
+    if copies_on_busy_cores(hw, job.mesh, "dp"):
+        return total + software, 0.0
+    last = transfer_s(tier(hw, job.mesh, "dp"), 1, wire_bytes("dp", tail, n))
     backward = compute * backward_share(job) / job.microbatches  # the last micro-batch's
     exposed = max(last, total - backward)
-    return exposed, total - exposed
+    return exposed + software, total - exposed
 
 
 def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]:
@@ -298,8 +313,9 @@ def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]
     exposed = hidden = 0.0
     if "dp/all_reduce" in traffic.by_collective:  # ZeRO-1: DDP's all-reduce, as without it
         calls = traffic.calls["dp"] - sum(c.calls for c in own)
-        total = transfer_s(link, calls, wire_bytes("dp", traffic.by_collective["dp/all_reduce"], n))
-        exposed, hidden = ddp_s(job, total, traffic.tail["dp"], compute)
+        payload = traffic.by_collective["dp/all_reduce"]
+        total = transfer_s(link, calls, wire_bytes("dp", payload, n))
+        exposed, hidden = ddp_s(job, total, traffic.tail["dp"], compute, payload)
     forward = compute * (1 - backward_share(job)) / job.microbatches
     beside = {"forward": forward, "backward": compute * backward_share(job) / job.microbatches}
     for during in ("forward", "backward", "after"):
