@@ -14,7 +14,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
 from runner.mesh import mesh_of
-from runner.preemption import Preempted, requeue
+from runner.preemption import Preempted, requeue, requeued, slurm_job
 from runner.summary import print_run_summary
 from runner.tracking import (
     OWNER_TAG,
@@ -69,9 +69,12 @@ def recorded_run(
     except Preempted as stopped:  # asked to stop, its snapshot written: resumable, not failed
         client.set_tag(run.run_id, "preempted_at_step", str(stopped.step))
         run.end("KILLED")  # first: SLURM ends the job's processes as it requeues the job
-        requeued = requeue()
-        if requeued:
-            client.set_tag(run.run_id, "requeue", requeued)
+        job = slurm_job()
+        if job is not None:  # tagged before asking, for the same reason; corrected if refused
+            client.set_tag(run.run_id, "requeue", requeued(job))
+            refused = requeue(job)
+            if refused:
+                client.set_tag(run.run_id, "requeue", refused)
         summarize(client, run.run_id, cfg.logger.tracking_uri)
         raise
     except BaseException:

@@ -53,10 +53,17 @@ def requested() -> bool:
     return _requested
 
 
-def requeue() -> str | None:
-    """Under SLURM, ask for the job to be queued again; what happened, for the record."""
-    job = os.environ.get("SLURM_JOB_ID")
-    if job is None:
-        return None
+def slurm_job() -> str | None:
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def requeued(job: str) -> str:
+    """The record of a requeue that worked."""
+    return f"requeued SLURM job {job}"
+
+
+def requeue(job: str) -> str | None:
+    """Ask SLURM to queue the job again; None if it did, else why not. SLURM may end this
+    process as soon as it does: what must be recorded goes first."""
     done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    return f"requeued SLURM job {job}" if done.returncode == 0 else done.stderr.strip()
+    return None if done.returncode == 0 else done.stderr.strip()
