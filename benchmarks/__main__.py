@@ -25,6 +25,7 @@ BENCHMARKS = [
     "pipeline_bubble",
     "pipeline_cost",
     "crossover",
+    "recompute_time",
     "network",
     "search",
     "memory_peak",

@@ -99,7 +99,7 @@ def test_recompute_trades_the_planned_memory_and_keeps_the_losses(
     assert "is lowest at trainer.recompute=full" in a.said.split("step_time_s")[0]
     # Its time, a step a third longer for full recomputation as shipped (297 -> 391 ms), is not
     # held here: one timed step beside the other test worker measured "none" at 1.8 s and "full"
-    # at 1.2 s once. docs/studies.md gives the study's own run.
+    # at 1.2 s once. benchmarks/recompute_time.py holds it on a quiet host.
 
 
 @pytest.mark.slow
