@@ -18,7 +18,6 @@ to an MLflow run (tag mode=calibrate).
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -38,6 +37,7 @@ from runner.allocator import keep_freed_memory
 from runner.cluster import free_port
 from runner.fork_server import start_fork_server
 from runner.job import Job
+from runner.layouts.data.traffic import bucket_count
 from runner.metrics import (
     CALIBRATE_BANDWIDTH,
     CALIBRATE_CORES,
@@ -241,9 +241,9 @@ def tensor_layer_overhead(allreduce_latency: float) -> float:
     return max(0.0, (t_split - t_whole - 2 * allreduce_latency) / 2)
 
 
-def ddp_cost(cfg: DictConfig) -> tuple[float, float]:
+def ddp_cost(cfg: DictConfig) -> tuple[float, list[int]]:
     """What DDP adds to the configured model's step (one sample a process, so that compute
-    weighs least) beyond the same step without it, and the bytes of gradients it all-reduces."""
+    weighs least) beyond the same step without it, and each gradient's bytes."""
     from runner import plain_loop
 
     one = OmegaConf.merge(cfg, {"data": {"batch_size": 1}})
@@ -256,7 +256,7 @@ def ddp_cost(cfg: DictConfig) -> tuple[float, float]:
     # Medians, not the shortest: gloo's threads wake late now and then, and a step pays for it
     plain = median_time(step(model), LINK_REPEATS)
     ddp = median_time(step(DistributedDataParallel(model)), LINK_REPEATS)
-    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    grads = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
     return max(0.0, ddp - plain), grads
 
 
@@ -322,11 +322,10 @@ def link_figures(cfg: DictConfig) -> dict[str, Any]:
     # A ring all-reduce of S bytes over 2 ranks puts 2(n-1)/n * S = S on the wire.
     ar_latency, ar_bandwidth = fit_line(SIZES, links["all_reduce"])
     p2p_latency, p2p_bandwidth = fit_line(SIZES, links["p2p"])
-    overhead, grads = CALIBRATE_TP_OVERHEAD.name, links[GRAD_BYTES]
-    # DDP's cost beyond the all-reduce of its gradients as the fit prices it (one call a bucket
-    # of DDP's: 1 MiB first, 25 MiB after), per MB of them
-    buckets = 1 + math.ceil(max(0.0, grads - 2**20) / (25 * 2**20))
-    priced = buckets * ar_latency + grads / ar_bandwidth
+    overhead, grads = CALIBRATE_TP_OVERHEAD.name, sum(links[GRAD_BYTES])
+    # DDP's cost beyond the all-reduce of its gradients as the fit prices it (a call a bucket,
+    # as the planner counts them), per MB of them
+    priced = bucket_count(links[GRAD_BYTES], None) * ar_latency + grads / ar_bandwidth
     return {
         "all_reduce": fitted(ar_latency, ar_bandwidth),
         "p2p": fitted(p2p_latency, p2p_bandwidth),
@@ -390,11 +389,11 @@ def profile(m: Mapping[str, Any]) -> dict[str, Any]:
     if "p2p" not in m:
         return out
     ddp = m[CALIBRATE_DDP_OVERHEAD.name] * 1e6
-    return (
-        out
-        | {"cores": m[CALIBRATE_CORES.name], "intra_node": link(m)}
-        | {"ddp_overhead_us_per_mb": ddp}
-    )
+    return out | {
+        "cores": m[CALIBRATE_CORES.name],
+        "intra_node": link(m),
+        "ddp_overhead_us_per_mb": ddp,
+    }
 
 
 def link_yaml(m: Mapping[str, Any]) -> str:
