@@ -151,13 +151,25 @@ def experiment_id(client: MlflowClient, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is None:
         try:
-            return client.create_experiment(name, tags=EXPERIMENT_KIND)
+            where = artifact_root(client.tracking_uri)
+            return client.create_experiment(name, where, tags=EXPERIMENT_KIND)
         except MlflowException:  # another job of a sweep created it first
             found = client.get_experiment_by_name(name)
     if not EXPERIMENT_KIND.items() <= found.tags.items():  # made by another tool, or before
         for key, value in EXPERIMENT_KIND.items():
             client.set_experiment_tag(found.experiment_id, key, value)
     return found.experiment_id
+
+
+def artifact_root(tracking_uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: beside its SQLite store, in its folder's
+    mlruns/. MLflow's default is ./mlruns of the folder the process runs in, which put a store
+    elsewhere's artifacts (a test's, a sweep's in its own folder) in that folder. For
+    `sqlite:///mlflow.db` the two agree. A server's store: the server chooses."""
+    path = store_uri(tracking_uri).removeprefix("sqlite:///")
+    if path == store_uri(tracking_uri) or path == ":memory:":
+        return None
+    return (Path(path).parent / "mlruns").as_uri()
 
 
 def flat(tree: Mapping[str, Any], sep: str, prefix: str = "") -> dict[str, Any]:

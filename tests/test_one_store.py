@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK
 from tests.helpers.processes import cli_job
 from tests.helpers.records import all_runs, loss_series
@@ -35,3 +36,17 @@ def test_runs_and_a_sweep_started_together_on_a_new_store_all_finish_with_every_
     assert all(k == keys[0] for k in keys) and "throughput_samples_per_s" in keys[0]
     for run in trained:
         assert len(loss_series(store, run.info.run_id)) == STEPS
+
+
+def test_a_runs_artifacts_stay_beside_its_store_wherever_it_runs(
+    cli: Cli, tmp_path: Path, seeded: str
+) -> None:
+    # The store in the test's folder, the command run from another: MLflow's default put the
+    # artifacts in ./mlruns of the folder it ran in (the suite filled the checkout's).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = cli(*JOB, f"logger.tracking_uri={seeded}", cwd=elsewhere)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run,) = all_runs(seeded)
+    assert run.info.artifact_uri.startswith((tmp_path / "mlruns").as_uri())
+    assert (tmp_path / "mlruns").is_dir() and not (elsewhere / "mlruns").exists()
