@@ -172,6 +172,30 @@ def h100_table() -> tuple[str, list[float]]:
     return "\n".join(lines), errors
 
 
+def sixteen_bit(row: H100Row) -> list[str]:
+    """A row as large runs hold it: 16-bit weights over fp32 masters, and Megatron's sequence
+    parallelism where this runner's rules allow it (not with cp: parallel.sequence_parallel)."""
+    precision = [o for o in h100_overrides(row) if not o.startswith("trainer.precision=")]
+    sp = row.cp == 1
+    return [*precision, "trainer.precision=bf16-true", f"parallel.sequence_parallel={sp}"]
+
+
+def h100_memory_table() -> str:
+    """Each Table 4 row's planned memory a GPU under bf16-true, part by part (GiB)."""
+    names = ["weights", "master_weights", "gradients", "optimizer_state", "activations", "total"]
+    lines = ["| GPUs | t x cp x p x d | sp | " + " | ".join(names) + " | fits 80 GB |",
+             "|---:|---|---|" + "---:|" * (len(names) + 1)]  # fmt: skip
+    for row in LLAMA3_TABLE_4:
+        cfg = config(sixteen_bit(row))
+        validate(cfg)
+        mem = plan(resolve_job(cfg))["mem_per_device_gib"]
+        cells = " | ".join(f"{mem[n]:.1f}" for n in names)
+        lines.append(f"| {row.gpus:,} | {row.tp} x {row.cp} x {row.pp} x {row.dp} | "
+                     f"{'yes' if row.cp == 1 else 'no'} | {cells} | "
+                     f"{'yes' if mem['total'] <= 80 else 'no'} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     text, errors = table(TABLE_1)
     print(text)
@@ -181,6 +205,7 @@ def main() -> None:
     print(text)
     absolute = [abs(e) for e in errors]
     print(f"median |error| {median(absolute):.1%}, largest {max(absolute):.1%}")
+    print(h100_memory_table())
 
 
 if __name__ == "__main__":

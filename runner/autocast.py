@@ -8,12 +8,20 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 
 # What each of runner.choices.PRECISIONS computes activations in (a test checks the keys).
-ACTIVATIONS = {"32-true": torch.float32, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+ACTIVATIONS = {
+    "32-true": torch.float32,
+    "bf16-mixed": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "bf16-true": torch.bfloat16,  # 16-bit weights: no autocast, the layers' own dtype
+    "fp8": torch.bfloat16,
+}
+AUTOCAST = ("bf16-mixed", "16-mixed")  # the precisions that are torch's autocast
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager:
     """Lightning's mixed precision as a plain context: matmuls in 16 bits, weights fp32."""
-    dtype = ACTIVATIONS[precision]
-    if dtype == torch.float32:
+    if precision == "32-true":
         return nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    if precision not in AUTOCAST:  # validation refuses to train them (runner/config/trainer.py)
+        raise ValueError(f"{precision} is 16-bit weights, not autocast")
+    return torch.autocast(device.type, dtype=ACTIVATIONS[precision])

@@ -11,8 +11,11 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
 MULTI_STAGE = ("interleaved_1f1b", "zero_bubble")  # schedules that drive several stages per rank
 MODES = ("train", "example", "plan", "search", "calibrate", "report")
-# Lightning's names; runner/precision.py says what each means for memory, traffic and FLOP/s.
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+# Lightning's names where it has one; runner/precision.py says what each means for memory,
+# traffic and FLOP/s.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "fp8")
+GRAD_REDUCE = ("fp32", "bf16")  # trainer.grad_reduce: what 16-bit weights' gradients sum in
+FP8_RECIPES = ("tensorwise", "rowwise")  # trainer.fp8_recipe: torchao's float8 scalings
 # trainer.recompute: what each layer keeps for backward (runner/models/recompute.py)
 RECOMPUTE = ("none", "full", "selective")
 # parallel.shard: what data-parallel replicas split among themselves (runner/layouts/sharded/)

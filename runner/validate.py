@@ -153,7 +153,7 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
         check_layout(cfg, mesh)  # the mesh says how much of the model each device holds
     check_profile(cfg.hardware)  # complete: the job's typed profile needs every field
     check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
-    check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode == "train")
+    check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode in ("train", "calibrate"))
     check_recompute(cfg.trainer, cfg.parallel.schedule, mesh)
     job = resolve_job(cfg)  # None for a model of the user's
     if cfg.mode == "train" and job is not None:

@@ -123,7 +123,9 @@ BAD = [
     # Nothing listens on the discard port here: the job must not train unrecorded.
     (["logger.tracking_uri=http://127.0.0.1:9"], "no MLflow server answers"),
     (["parallel=dp_tp", "hardware.devices=2"], "dp x pp x tp = dp=2 x pp=1 x tp=2 = 4"),
-    (["trainer.precision=fp8"], "32-true, bf16-mixed, 16-mixed"),
+    (["trainer.precision=fp4"], "32-true, bf16-mixed, 16-mixed, bf16-true, fp8"),
+    (["trainer.precision=bf16-true"], "trainer.precision: bf16-true is planned"),
+    (["trainer.grad_reduce=bf16"], "trainer.grad_reduce: bf16 sums 16-bit weights' gradients"),
     (["mode=search", "hardware=dgx_h100", "search.objective=fast"], "search.objective: 'fast'"),
     (["mode=search", "hardware=dgx_h100", "search.tp=[0]"], "search.tp: sizes must be positive"),
     (["mode=search"], "hardware.devices: mode=search needs a node's devices"),

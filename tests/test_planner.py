@@ -143,7 +143,8 @@ def test_a_token_budget_sets_the_duration() -> None:
         (["hardware.tiers.tp=nvlink"], "hardware.tiers.tp"),
         (["mode=plan", "hardware=dgx_h100", "parallel.dp=1", "parallel.tp=3"], "parallel"),
         (["mode=plan", "hardware=dgx_h100", "parallel=data", "parallel.tp=3"], "hardware.devices"),
-        (["mode=plan", "trainer.precision=fp8"], "trainer.precision"),
+        (["mode=plan", "trainer.precision=fp4"], "trainer.precision"),
+        (["mode=plan", "hardware=a100", "trainer.precision=fp8"], "hardware.peak_tflops"),
         (["mode=plan", "trainer.precision=16-mixed"], "trainer.precision"),  # fp16 on a CPU
         (["mode=plan", "trainer.tf32=true"], "trainer.tf32"),  # a CPU has no TF32
         (["mode=plan", "hardware=h100", "parallel=tensor", "hardware.devices=2",

@@ -11,8 +11,8 @@ import pytest
 from runner.autocast import ACTIVATIONS
 from runner.choices import PRECISIONS
 from runner.job import Job, resolve_job
-from runner.planner import predict
-from runner.planner.memory import memory_per_device_gib
+from runner.planner import plan, predict
+from runner.planner.memory import memory_per_device_gib, params_per_device
 from runner.precision import BY_NAME
 from runner.validate import validate
 from tests.helpers.in_process import Cli
@@ -160,3 +160,81 @@ def test_every_run_logs_peak_memory_and_mfu_beside_the_planners(store: str) -> N
     assert m["pred/peak_memory_gib"] == pytest.approx(planned["total"])
     # Both MFUs divide the same model FLOPs by a step time and the same peak.
     assert m["mfu"] * m["step_time_s"] == pytest.approx(m["pred/mfu"] * m["pred/step_time_s"])
+
+
+# --- 16-bit weights over fp32 masters (bf16-true) and fp8, as the planner prices them ---
+
+GIB = 2**30
+H100_DP8 = ["mode=plan", "hardware=h100", "hardware.devices=8", "parallel.dp=8"]
+
+
+def parts(*overrides: str) -> tuple[dict[str, float], int]:
+    job = job_of(*overrides)
+    return memory_per_device_gib(job), params_per_device(job)
+
+
+@pytest.mark.parametrize(("reduce", "grad"), [("fp32", 4), ("bf16", 2)])
+def test_the_distributed_optimizer_holds_6_plus_12_over_n_bytes_a_parameter(
+    reduce: str, grad: int
+) -> None:
+    """Megatron-LM's count under ZeRO-1 over 16-bit weights: 2 bytes of weights and the
+    gradients' width whole, fp32 masters (4) and AdamW's moments (8) split n ways."""
+    mem, params = parts(*H100_DP8, "parallel.shard=optimizer", "trainer.precision=bf16-true",
+                        f"trainer.grad_reduce={reduce}")  # fmt: skip
+    assert mem["weights"] == pytest.approx(params * 2 / GIB)
+    assert mem["gradients"] == pytest.approx(params * grad / GIB)
+    assert mem["master_weights"] == pytest.approx(params * 4 / 8 / GIB)
+    assert mem["optimizer_state"] == pytest.approx(params * 8 / 8 / GIB)
+    assert mem["weight_copies"] == 0
+    fp32, _ = parts(*H100_DP8, "parallel.shard=optimizer", "trainer.precision=bf16-mixed")
+    assert fp32["master_weights"] == 0 and fp32["weights"] == pytest.approx(params * 4 / GIB)
+
+
+def test_zero_3_over_16_bit_weights_gathers_16_bits_and_its_shards_are_the_masters() -> None:
+    true = job_of(*H100_DP8, "parallel.shard=full", "trainer.precision=bf16-true")
+    mixed = job_of(*H100_DP8, "parallel.shard=full", "trainer.precision=bf16-mixed")
+    planned = {j.trainer.precision: predict(j) for j in (true, mixed)}
+    gather = "pred/comm_bytes_per_step/dp/all_gather"
+    scatter = "pred/comm_bytes_per_step/dp/reduce_scatter"
+    assert planned["bf16-true"][gather] == planned["bf16-mixed"][gather] / 2
+    assert planned["bf16-true"][scatter] == planned["bf16-mixed"][scatter]  # fp32 by default
+    mem, params = memory_per_device_gib(true), params_per_device(true)
+    assert mem["master_weights"] == pytest.approx(params * 4 / 8 / GIB)
+
+
+def test_zero_1_over_16_bit_weights_moves_one_all_reduces_bytes() -> None:
+    """Megatron's distributed optimizer: a reduce-scatter of the gradients and an all-gather of
+    the weights, each on the wire (n-1)/n of its payload where an all-reduce puts 2(n-1)/n: at
+    one width, the payloads of the two add up to twice the all-reduce's."""
+    common = [*H100_DP8, "trainer.precision=bf16-true", "trainer.grad_reduce=bf16"]
+    ddp = predict(job_of(*common))
+    zero = predict(job_of(*common, "parallel.shard=optimizer"))
+    dp = "pred/comm_bytes_per_step/dp"
+    assert f"{dp}/all_reduce" not in zero and f"{dp}/broadcast" not in zero
+    moved = zero[f"{dp}/reduce_scatter"] + zero[f"{dp}/all_gather"]
+    assert moved == 2 * ddp[dp] and zero[f"{dp}/reduce_scatter"] == zero[f"{dp}/all_gather"]
+    # over fp32 weights it stays torch's ZeroRedundancyOptimizer: an all-reduce and a broadcast
+    fp32 = predict(job_of(*H100_DP8, "parallel.shard=optimizer"))
+    assert fp32[f"{dp}/all_reduce"] == fp32[f"{dp}/broadcast"]
+
+
+def test_sequence_parallelism_over_16_bit_weights_moves_16_bits() -> None:
+    """Autocast keeps the residual stream and the norms' outputs fp32, which sequence
+    parallelism gathers; over 16-bit weights every value it moves is 16-bit: half of 32-true's."""
+    tp = ["mode=plan", "hardware=h100", "hardware.devices=2", "parallel=tp_sp", "model.dropout=0"]
+    sp = {p: predict(job_of(*tp, f"trainer.precision={p}"))["pred/comm_bytes_per_step/sp"]
+          for p in ("32-true", "bf16-mixed", "bf16-true")}  # fmt: skip
+    assert sp["bf16-true"] == sp["32-true"] / 2 < sp["bf16-mixed"]
+
+
+def test_fp8_runs_the_blocks_linear_layers_at_the_fp8_rate() -> None:
+    """At an fp8 peak equal to bf16's, fp8 plans as bf16-true; at the H100's 1,979 (twice) only
+    the blocks' linear layers speed up, so compute falls, by less than half."""
+    common = ["mode=plan", "hardware=h100", "model=gpt3_175b", "model.n_layers=4"]
+
+    def compute(*more: str) -> float:
+        return plan(job_of(*common, *more))["time_by_part_s"]["compute"]
+
+    bf16, fp8 = compute("trainer.precision=bf16-true"), compute("trainer.precision=fp8")
+    assert compute("trainer.precision=fp8", "hardware.peak_tflops.fp8=989") == bf16
+    assert bf16 / 2 < fp8 < bf16

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runner.choices import OPTIMIZERS, PRECISIONS, RECOMPUTE
+from runner.choices import FP8_RECIPES, GRAD_REDUCE, OPTIMIZERS, PRECISIONS, RECOMPUTE
 from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.precision import precision_of
@@ -24,8 +24,13 @@ class TrainerConfig:
     # false: losses and throughput only, no per-rank timing, traffic counting or timeline (the
     # baseline of what measuring costs: benchmarks/overhead.py)
     measure: bool = True
-    # one of runner.choices.PRECISIONS, Lightning's names: 32-true | bf16-mixed | 16-mixed
+    # one of runner.choices.PRECISIONS (runner/precision.py, docs/gpus.md): 32-true | bf16-mixed,
+    # 16-mixed (Lightning's autocast over fp32 weights) | bf16-true (16-bit weights over fp32
+    # master weights) | fp8 (bf16-true, the blocks' linear layers in float8 by torchao)
     precision: str = "32-true"
+    # what bf16-true's and fp8's gradients are accumulated and reduced in: fp32 | bf16
+    grad_reduce: str = "fp32"
+    fp8_recipe: str = "tensorwise"  # fp8's scaling, torchao's recipe: tensorwise | rowwise
     compile: bool = False  # torch.compile the model (one device or data parallelism)
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (GPUs from Ampere on)
     # activations kept for backward, one of runner.choices.RECOMPUTE: none | full (each layer
@@ -43,6 +48,8 @@ def check_trainer(t: Any) -> None:
     require(t.weight_decay >= 0, "trainer.weight_decay", f"must be 0 or more, got {t.weight_decay}")
     one_of(t.optimizer, "trainer.optimizer", OPTIMIZERS)
     one_of(t.precision, "trainer.precision", PRECISIONS)
+    one_of(t.grad_reduce, "trainer.grad_reduce", GRAD_REDUCE)
+    one_of(t.fp8_recipe, "trainer.fp8_recipe", FP8_RECIPES)
     one_of(t.recompute, "trainer.recompute", RECOMPUTE)
     require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
     every = t.profile_every_n_steps
@@ -54,7 +61,19 @@ def check_trainer(t: Any) -> None:
 
 def check_precision(t: Any, hw: Any, mesh: Mesh, train: bool) -> None:
     """What the precision, compile and TF32 options ask of the hardware and the layout."""
-    split = mesh.tp > 1 or mesh.pp > 1
+    split, masters = mesh.tp > 1 or mesh.pp > 1, precision_of(t).masters
+    require(
+        t.grad_reduce == "fp32" or masters,
+        "trainer.grad_reduce",
+        f"bf16 sums 16-bit weights' gradients (trainer.precision=bf16-true or fp8); "
+        f"{t.precision} keeps fp32 gradients: leave it fp32",
+    )
+    require(
+        not (train and masters),
+        "trainer.precision",
+        f"{t.precision} is planned (mode=plan, mode=search) but does not train yet: its runtime "
+        "(16-bit weights over fp32 masters) is not built; train with bf16-mixed or 32-true",
+    )
     require(
         not (t.precision == "16-mixed" and hw.accelerator == "cpu"),
         "trainer.precision",
@@ -77,13 +96,13 @@ def check_precision(t: Any, hw: Any, mesh: Mesh, train: bool) -> None:
         "trainer.tf32",
         "TF32 is a GPU tensor-core format (Ampere on); hardware.accelerator is cpu",
     )
-    compute = precision_of(t).compute
-    require(
-        compute in hw.peak_tflops,
-        "hardware.peak_tflops",
-        f"has no {compute} figure, which trainer.precision={t.precision} needs "
-        f"(it has {', '.join(hw.peak_tflops)})",
-    )
+    for compute in precision_of(t).computes:
+        require(
+            compute in hw.peak_tflops,
+            "hardware.peak_tflops",
+            f"has no {compute} figure, which trainer.precision={t.precision} needs "
+            f"(it has {', '.join(hw.peak_tflops)})",
+        )
     if train and hw.accelerator == "gpu":
         check_gpu_precision(t)
 

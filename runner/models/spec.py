@@ -37,6 +37,7 @@ class Activations:
     # Attention by a fused kernel that keeps no scores (torch's flash and memory-efficient SDPA:
     # on a GPU always, on a CPU without dropout); false: the math path, which keeps them
     fused_attention: bool = False
+    stream: int = 4  # bytes per element of the residual stream (fp32 under autocast)
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,11 @@ class ModelSpec:
     # a pipeline sends between stages and what tensor parallelism's backward all-reduces carry.
     fp32_stream = False
 
-    def between_layers_bytes(self, activation_bytes: int) -> int:
-        return 4 if self.fp32_stream else activation_bytes
+    def between_layers_bytes(self, activation_bytes: int, stream_bytes: int = 4) -> int:
+        """What layers hand each other: the residual stream's width (`stream_bytes`: fp32
+        under autocast, 16 bits over 16-bit weights) where the model keeps one, else the
+        activations'."""
+        return stream_bytes if self.fp32_stream else activation_bytes
 
     # A sequence dimension that sequence parallelism (parallel.sequence_parallel) and context
     # parallelism (parallel.cp) split: a model with one splits it in `parallelize(...,

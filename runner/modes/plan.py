@@ -96,6 +96,7 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
         ("memory / device", f"{mem['total']:,.2f} GiB of {out[PLAN_DEVICE_MEMORY.name]:,.0f} at"
          f" its peak ({'fits' if out[PLAN_FITS.name] else 'DOES NOT FIT'}); each part at its most:"
          f" weights {mem['weights']:,.2f},"
+         + (f" fp32 masters {mem['master_weights']:,.2f}," if mem["master_weights"] else "")
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
          f" activations {mem['activations']:,.2f}"),

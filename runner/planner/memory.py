@@ -1,15 +1,17 @@
 """Memory per device: weights, gradients, optimizer state and activations, on the busiest rank.
 
-Weights, gradients and AdamW's two moments in fp32 at every precision: mixed precision is torch's
-autocast (runner/precision.py), which adds a 16-bit copy of each weight, held from forward until
-backward. (Megatron's scheme, 16-bit weights and gradients with an fp32 master copy, comes to the
-same 16 bytes a parameter before the copies.) Activations as the model's spec counts them
+Under fp32 and autocast (runner/precision.py) weights, gradients and AdamW's two moments are fp32,
+and autocast adds a 16-bit copy of each weight, held from forward until backward. Over 16-bit
+weights (bf16-true, fp8) the layers hold 16-bit weights, the optimizer fp32 master weights beside
+its moments, and gradients are accumulated in trainer.grad_reduce's width (Megatron-LM's
+distributed optimizer: 6 + 12/n bytes a parameter under ZeRO-1 with fp32 gradients; FSDP2's
+mixed precision: its fp32 shards are the masters). Activations as the model's spec counts them
 (the decoder's: Korthikanti et al. 2022) for the micro-batches a stage holds in flight: the first
 pipeline stage holds min(m, p) micro-batches under 1F1B, all m under GPipe; what each holds
 depends on trainer.recompute (runner/models/recompute.py).
 
 Sharded data parallelism (parallel.shard, n = dp ranks): optimizer splits the optimizer state
-n ways; gradients the gradients too, the weights whole (gathered from forward to the end of
+(and the masters) n ways; gradients the gradients too, the weights whole (gathered from forward to the end of
 backward) beside FSDP's shards of them (1/n more); full the weights too: 1/n of them, the root's
 gathered (the decoder's embedding, never resharded) and two layers' (the one computing, the one
 prefetched: the largest two) - with several micro-batches the runtime keeps them gathered as
@@ -80,6 +82,7 @@ def activations_held(job: Job) -> Activations:
         in_flight=in_flight(job),
         tp=job.mesh.tp,
         elem=precision_of(job.trainer).activation_bytes,
+        stream=precision_of(job.trainer).stream_bytes,
         recompute=job.trainer.recompute,
         vocab_tp=job.vocab_tp,
         sequence=job.sequence,
@@ -99,13 +102,16 @@ def fused_attention(job: Job) -> bool:
     return not m.get("dropout", 0)
 
 
-@shared(key=lambda job: stages_key(job, job.mesh.size("dp")))
-def weights_held(job: Job) -> float:
-    """The most fp32 weights any rank holds at once under ZeRO-3 (the module's docstring)."""
+@shared(key=lambda job, shards, gathered: stages_key(job, job.mesh.size("dp"), shards, gathered))
+def weights_held(job: Job, shards: int, gathered: int) -> float:
+    """The most weight bytes any rank holds at once under ZeRO-3 (the module's docstring): its
+    shards at `shards` bytes a parameter (0: they are the fp32 masters, counted apart), the units
+    gathered at `gathered`."""
     n, held = job.mesh.size("dp"), [0.0] * job.mesh.pp
     for i in range(len(job.stages)):
         u = units(job, i)
-        held[i % job.mesh.pp] += u.total / n + u.root + sum(sorted(u.layers)[-2:])
+        held[i % job.mesh.pp] += u.total / n * shards
+        held[i % job.mesh.pp] += (u.root + sum(sorted(u.layers)[-2:])) * gathered
     return max(held)
 
 
@@ -125,7 +131,7 @@ def memory_per_device_gib(job: Job) -> dict[str, float]:
 def peak_gib(job: Job, parts: dict[str, float]) -> float:
     """The largest of backward's start, backward's end and the optimizer's step (the module's
     docstring)."""
-    resident = parts["weights"] + parts["optimizer_state"]
+    resident = parts["weights"] + parts["master_weights"] + parts["optimizer_state"]
     earlier = parts["gradients"] if job.microbatches > 1 else 0.0
     start = resident + parts["weight_copies"] + parts["activations"] + earlier
     start += last_gradient_bytes(job) / GIB
@@ -138,7 +144,8 @@ def last_gradient_bytes(job: Job) -> float:
     decoder's output layer, its tied embedding), a shard of it under FSDP."""
     last = job.stage_tensors(len(job.stages) - 1)
     share = job.mesh.size("dp") if job.shard in ("gradients", "full") else 1
-    return (max(last[:1] + last[-1:]) if last else 0) * PARAM_BYTES / share
+    made = precision_of(job.trainer).weight_bytes  # autograd makes it in its weight's dtype
+    return (max(last[:1] + last[-1:]) if last else 0) * made / share
 
 
 def optimizer_temporaries_bytes(job: Job) -> float:
@@ -155,26 +162,31 @@ def optimizer_temporaries_bytes(job: Job) -> float:
 def held_parts_gib(job: Job) -> dict[str, float]:
     params, precision = params_per_device(job), precision_of(job.trainer)
     shard, n = job.shard, job.mesh.size("dp")
+    weight, grad = precision.weight_bytes, precision.grad_bytes
     split = {  # the parts each level splits n ways
         "none": (),
-        "optimizer": ("optimizer_state",),
-        "gradients": ("optimizer_state", "gradients"),
-        "full": ("optimizer_state", "gradients"),
+        "optimizer": ("optimizer_state", "master_weights"),
+        "gradients": ("optimizer_state", "master_weights", "gradients"),
+        "full": ("optimizer_state", "master_weights", "gradients"),
     }[shard]
     out = {
-        "weights": params * PARAM_BYTES / GIB,
+        "weights": params * weight / GIB,
+        "master_weights": params * precision.master_bytes / GIB,
         "weight_copies": params * precision.weight_copy_bytes / GIB,
-        "gradients": params * PARAM_BYTES / GIB,
+        "gradients": params * grad / GIB,
         "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer) / GIB,
         "activations": activation_bytes(job) / GIB,
     }
     out |= {part: out[part] * sharded_share(job, n) for part in split}
+    # FSDP's shards are the fp32 weights, or, over 16-bit weights, the masters (counted apart)
+    shards = 0 if precision.masters else weight
     if regathers(job):
-        out["weights"] = weights_held(job) * PARAM_BYTES / GIB
+        out["weights"] = weights_held(job, shards, weight) / GIB
     elif shard in ("gradients", "full"):  # FSDP's shards, and every unit gathered beside them
-        out["weights"] *= 1 + 1 / n
+        out["weights"] *= 1 + shards / weight / n
     if shard in ("gradients", "full"):
-        out["gradients"] += 2 * largest_unit(job) * PARAM_BYTES / GIB
+        # a unit's whole gradients as backward makes them, and the reduce-scatter's input
+        out["gradients"] += largest_unit(job) * (weight + grad) / GIB
     return out
 
 
@@ -191,6 +203,7 @@ def largest_layer_gib(job: Job) -> float:
     """One layer (a block, the embedding, or a Linear), as tensor parallelism splits it, with its
     gradients and optimizer state: the least any device must hold."""
     params = job.spec.largest_layer_params(job.model, job.mesh.tp, job.vocab_tp)
-    copy = precision_of(job.trainer).weight_copy_bytes
-    per_param = 2 * PARAM_BYTES + copy + optimizer_bytes_per_param(job.trainer.optimizer)
+    p = precision_of(job.trainer)
+    held = p.weight_bytes + p.master_bytes + p.grad_bytes + p.weight_copy_bytes
+    per_param = held + optimizer_bytes_per_param(job.trainer.optimizer)
     return params * per_param / GIB

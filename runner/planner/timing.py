@@ -87,24 +87,42 @@ def model_flops_per_step(job: Job) -> float:
 @dataclass(frozen=True)
 class Rates:
     """What one device reaches at the job's precision: peak FLOP/s, the profile's curve, memory
-    bandwidth (bytes/s; None: no roofline), bytes per element. A CPU's devices share the host."""
+    bandwidth (bytes/s; None: no roofline), bytes per element. A CPU's devices share the host.
+    `linear`: the blocks' linear layers' own peak and curve where they run in another format
+    (fp8); None: at `peak`."""
 
     peak: float
     curve: tuple[tuple[float, ...], ...]
     bandwidth: float | None
     elem: int
+    linear: tuple[float, tuple[tuple[float, ...], ...]] | None = None
 
     @classmethod
     def of(cls, job: Job) -> Rates:
         hw, precision = job.hardware, precision_of(job.trainer)
         share = device_share(hw)
         bandwidth = hw.memory_bandwidth_gbs
+
+        def at(key: str) -> tuple[float, tuple[tuple[float, ...], ...]]:
+            # a format without its own curve (fp8) reaches the share of peak the job's does
+            curve = hw.gemm_efficiency.get(key) or hw.gemm_efficiency.get(precision.compute, [])
+            return hw.peak_tflops[key] * 1e12 / share, tuple(map(tuple, curve))
+
+        peak, curve = at(precision.compute)
         return cls(
-            peak=hw.peak_tflops[precision.compute] * 1e12 / share,
-            curve=tuple(map(tuple, hw.gemm_efficiency.get(precision.compute, []))),
+            peak=peak,
+            curve=curve,
             bandwidth=bandwidth * 1e9 / share if bandwidth else None,
             elem=precision.activation_bytes,
+            linear=at(precision.linear_compute) if precision.linear_compute else None,
         )
+
+    def seconds(self, g: Any) -> float:
+        """One product's time: a block's linear layer (recomputed, not attention's) at the
+        linear layers' rate, the rest (attention's, the output layer) at the job's."""
+        linear = self.linear is not None and g.recomputed and not g.attention
+        peak, curve = self.linear if linear else (self.peak, self.curve)
+        return gemm.seconds(g, peak, curve, self.bandwidth, self.elem)
 
 
 def micro_samples(job: Job) -> int:
@@ -125,7 +143,7 @@ def stage_s(job: Job, index: int, rates: Rates) -> float:
         flops = per_token[index] * micro_samples(job) * job.tokens_per_sample * (1 + full / 3)
         return flops / (rates.peak * gemm.curve_share(rates.curve, float("inf")))
     return sum(
-        gemm.seconds(g, rates.peak, rates.curve, rates.bandwidth, rates.elem)
+        rates.seconds(g)
         * (3 + (full and g.recomputed))
         for g in products
     )
@@ -160,8 +178,7 @@ def rank_attention_s(job: Job, rates: Rates) -> list[float]:
 
     def stage(i: int) -> float:
         products = [g for g in stage_products(job, i) or [] if g.attention]
-        return sum(gemm.seconds(g, rates.peak, rates.curve, rates.bandwidth, rates.elem)
-                   for g in products)  # fmt: skip
+        return sum(rates.seconds(g) for g in products)
 
     return by_rank(job, [stage(i) for i in range(len(job.stages))])
 

@@ -1,7 +1,8 @@
 """Data parallelism's traffic: every gradient a rank holds is all-reduced once per step, one call
-per DDP bucket. Gradients are fp32 at every precision (runner/precision.py). So under
-parallel.shard none and optimizer (ZeRO-1 adds its broadcast: runner/layouts/sharded/traffic.py);
-FSDP (gradients, full) runs no all-reduce."""
+per DDP bucket, in what gradients are reduced in (fp32 but with 16-bit weights and
+trainer.grad_reduce=bf16: runner/precision.py). So under parallel.shard none, and optimizer over
+fp32 weights (ZeRO-1 adds its broadcast: runner/layouts/sharded/traffic.py); FSDP (gradients,
+full) and ZeRO-1 over 16-bit weights (Megatron's distributed optimizer) run no all-reduce."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from statistics import fmean
 from runner.job import Job
 from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
-from runner.precision import PARAM_BYTES
+from runner.precision import precision_of
 
 
 def buckets(tensor_bytes: list[int], cap_mb: float | None) -> list[int]:
@@ -32,17 +33,37 @@ def bucket_count(tensor_bytes: list[int], cap_mb: float | None) -> int:
     return len(buckets(tensor_bytes, cap_mb))
 
 
-@shared(key=lambda job, index, placed: stage_key(job, index, placed, job.parallel.bucket_cap_mb))
+def grad_bytes(job: Job) -> int:
+    return precision_of(job.trainer).grad_bytes
+
+
+@shared(
+    key=lambda job, index, placed: stage_key(
+        job, index, placed, job.parallel.bucket_cap_mb, grad_bytes(job)
+    )
+)
 def stage_buckets(job: Job, index: int, placed: bool) -> list[int]:
-    """A stage's DDP buckets (`placed`: a mixture of experts' experts left to ep)."""
+    """A stage's DDP buckets, in bytes (`placed`: a mixture of experts' experts left to ep)."""
     tensors = job.stage_tensors(index, experts=not placed)
-    return buckets([n * PARAM_BYTES for n in tensors], job.parallel.bucket_cap_mb)
+    return buckets([n * grad_bytes(job) for n in tensors], job.parallel.bucket_cap_mb)
 
 
-@shared(key=lambda job: stages_key(job, job.mesh.size("dp"), job.shard, job.parallel.bucket_cap_mb))
+def all_reduces(job: Job) -> bool:
+    """Whether the replicas sum gradients by all-reduce (not FSDP's or the distributed
+    optimizer's reduce-scatter)."""
+    if job.shard in ("gradients", "full"):
+        return False
+    return not (job.shard == "optimizer" and precision_of(job.trainer).masters)
+
+
+@shared(
+    key=lambda job: stages_key(
+        job, job.mesh.size("dp"), job.shard, job.parallel.bucket_cap_mb, precision_of(job.trainer)
+    )
+)
 def traffic(job: Job) -> Traffic:
-    mesh, stages, elem = job.mesh, job.stages, PARAM_BYTES
-    if mesh.size("dp") < 2 or job.shard in ("gradients", "full"):
+    mesh, stages, elem = job.mesh, job.stages, grad_bytes(job)
+    if mesh.size("dp") < 2 or not all_reduces(job):
         return Traffic()
     placed = mesh.ep > 1  # DDP leaves the experts to expert parallelism
     per_stage = [job.stage_tensors(i, experts=not placed) for i in range(len(stages))]

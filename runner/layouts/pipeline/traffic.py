@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from runner.job import Job
 from runner.layouts.traffic import Traffic
-from runner.precision import PARAM_BYTES, precision_of
+from runner.precision import precision_of
 
 
 def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
@@ -37,7 +37,8 @@ def message_bytes(job: Job) -> list[float]:
     """What one micro-batch sends across each boundary, each way, from one rank: its replica's and
     shard's share (under sequence parallelism each tensor-parallel rank sends its positions
     only)."""
-    elem = job.spec.between_layers_bytes(precision_of(job.trainer).activation_bytes)
+    precision = precision_of(job.trainer)
+    elem = job.spec.between_layers_bytes(precision.activation_bytes, precision.stream_bytes)
     mesh = job.mesh
     shards = mesh.tp if job.parallel.sequence_parallel else 1
     samples = job.batch_size / job.parallel.microbatches / (mesh.dp * mesh.cp * shards)
@@ -52,7 +53,8 @@ def tied_bytes(job: Job) -> float:
     if job.mesh.pp < 2:
         return 0.0
     sharded = job.mesh.size("dp") if job.shard in ("gradients", "full") else 1
-    return job.spec.tied_elements(job.model, job.mesh.tp, job.vocab_tp) * PARAM_BYTES / sharded
+    elem = precision_of(job.trainer).grad_bytes
+    return job.spec.tied_elements(job.model, job.mesh.tp, job.vocab_tp) * elem / sharded
 
 
 def tied_share(job: Job) -> tuple[float, float]:

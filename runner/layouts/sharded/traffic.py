@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from runner.job import Job
+from runner.layouts.data.traffic import stage_buckets
 from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
 from runner.models.spec import ModelSpec
-from runner.precision import PARAM_BYTES
+from runner.precision import PARAM_BYTES, precision_of
 
 
 @dataclass(frozen=True)
@@ -90,31 +91,55 @@ class Collective:
     edge_calls: float = 0.0
 
 
-@shared(key=lambda job: stages_key(job, job.shard, regathers(job)))
+@shared(key=lambda job: stages_key(job, job.shard, regathers(job), precision_of(job.trainer)))
 def collectives(job: Job) -> list[Collective]:
-    """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py)."""
-    shard, pp = job.shard, job.mesh.pp
+    """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py).
+    Weights are gathered in what layers compute with, gradients scattered in what they are
+    reduced in (runner/precision.py)."""
+    shard, pp, precision = job.shard, job.mesh.pp, precision_of(job.trainer)
+    gather, scatter = precision.weight_bytes, precision.grad_bytes
     if shard == "none":
         return []
     if shard == "optimizer":
-        tensors = [job.stage_tensors(i) for i in range(len(job.stages))]
-        sent = sum(sum(t) for t in tensors) * PARAM_BYTES / pp
-        calls = sum(len(t) for t in tensors) / pp
-        return [Collective("broadcast", "after", sent, calls, sent, calls)]
+        return distributed_optimizer(job) if precision.masters else zero_one_broadcast(job)
     stages = [units(job, i) for i in range(len(job.stages))]
-    total = sum(u.total for u in stages) * PARAM_BYTES / pp
+    total = sum(u.total for u in stages) / pp
     calls = sum(u.calls for u in stages) / pp
-    edge = fmean(u.edge for u in stages) * PARAM_BYTES  # one stage's: a rank starts one first
+    edge = fmean(u.edge for u in stages)  # one stage's: a rank starts one first
     edge_calls = fmean(u.edge_calls for u in stages)
     out = [
-        Collective("all_gather", "forward", total, calls, edge, edge_calls),
-        Collective("reduce_scatter", "backward", total, calls, edge, edge_calls),
+        Collective("all_gather", "forward", total * gather, calls, edge * gather, edge_calls),
+        Collective("reduce_scatter", "backward", total * scatter, calls, edge * scatter, edge_calls),
     ]
     if regathers(job):  # every layer again, the root's weights kept
-        again = sum(u.inner for u in stages) * PARAM_BYTES / pp
+        again = sum(u.inner for u in stages) * gather / pp
         layers = sum(len(u.layers) for u in stages) / pp
         out.append(Collective("all_gather", "backward", again, layers))
     return out
+
+
+def zero_one_broadcast(job: Job) -> list[Collective]:
+    """torch's ZeroRedundancyOptimizer: each updated fp32 parameter broadcast by its owner."""
+    tensors = [job.stage_tensors(i) for i in range(len(job.stages))]
+    sent = sum(sum(t) for t in tensors) * PARAM_BYTES / job.mesh.pp
+    calls = sum(len(t) for t in tensors) / job.mesh.pp
+    return [Collective("broadcast", "after", sent, calls, sent, calls)]
+
+
+def distributed_optimizer(job: Job) -> list[Collective]:
+    """Megatron-LM's distributed optimizer (ZeRO-1 over 16-bit weights): gradients
+    reduce-scattered bucket by bucket as backward makes them (DDP's buckets; the last one after
+    backward ends), the updated 16-bit weights all-gathered after the step, bucket by bucket.
+    Together one all-reduce's bytes where both move the same width."""
+    precision, pp, placed = precision_of(job.trainer), job.mesh.pp, job.mesh.ep > 1
+    per_stage = [stage_buckets(job, i, placed) for i in range(len(job.stages))]
+    params = sum(sum(b) for b in per_stage) / precision.grad_bytes / pp
+    calls, tail = fmean(len(b) for b in per_stage), fmean(b[-1] for b in per_stage)
+    gathered = params * precision.weight_bytes
+    return [
+        Collective("reduce_scatter", "backward", params * precision.grad_bytes, calls, tail, 1),
+        Collective("all_gather", "after", gathered, calls, gathered, calls),
+    ]
 
 
 def traffic(job: Job) -> Traffic:

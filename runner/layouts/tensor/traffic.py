@@ -29,11 +29,12 @@ def traffic(job: Job) -> Traffic:
         return Traffic()
     samples = job.batch_size // mesh.dp  # a replica's, over its micro-batches
     spec, micro = job.spec, job.microbatches
-    forward = precision_of(job.trainer).activation_bytes
-    elem = (forward + spec.between_layers_bytes(forward)) / 2
+    precision = precision_of(job.trainer)
+    forward, stream = precision.activation_bytes, precision.stream_bytes
+    elem = (forward + spec.between_layers_bytes(forward, stream)) / 2
     if job.sequence:  # the blocks' all-reduces become sequence parallelism's (sp)
         elements, calls = spec.sp_tp_traffic(job.model, micro)
-        payload = elements * 4
+        payload = elements * precision.weight_bytes  # the norms' gradients, as autograd makes them
     else:
         elements, calls = spec.tp_traffic(job.model, job.data, samples, job.stages, micro)
         payload = elements * elem
@@ -50,12 +51,12 @@ def traffic(job: Job) -> Traffic:
         payload, calls = payload + again * forward, calls + again_calls
         return Traffic({"tp": payload / (mesh.pp * mesh.cp)}, {"tp": calls / mesh.pp})
     blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
-    sp = blocks * elem + ends * 4 + 2 * again * elem  # recomputed: gathered and scattered again
+    sp = blocks * elem + ends * stream + 2 * again * elem  # recomputed: gathered and scattered again
     sp_calls += 2 * again_calls
-    if mode == "selective":  # the forward's all-gathers (one a tp all-reduce), of the fp32 stream
+    if mode == "selective":  # the forward's all-gathers (one a tp all-reduce), of the stream
         gathered, gathered_calls = spec.tp_recompute_traffic(
             job.model, job.data, samples, job.stages, micro, "full"
         )
-        sp, sp_calls = sp + gathered * 4, sp_calls + gathered_calls
+        sp, sp_calls = sp + gathered * stream, sp_calls + gathered_calls
     per_rank = {"tp": payload, "sp": sp}, {"tp": calls, "sp": sp_calls}
     return Traffic(*({d: v / mesh.pp for d, v in part.items()} for part in per_rank))

@@ -183,7 +183,7 @@ class DecoderSpec(ModelSpec):
         # temporaries of the same s/cp x s/cp size, fp32, per sample and head of this rank's
         logits += 4 * b * (a // t) * s * s * 4 if ring else 0
         if held.recompute == "full":
-            block_input = s * b * h * self.between_layers_bytes(held.elem)
+            block_input = s * b * h * self.between_layers_bytes(held.elem, held.stream)
             block_input /= t if held.sequence else 1  # each rank's positions of the stream
             return held.in_flight * held.layers * block_input + per_layer() + logits
         if held.recompute == "selective":
