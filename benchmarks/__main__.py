@@ -29,6 +29,7 @@ BENCHMARKS = [
     "network",
     "search",
     "memory_peak",
+    "precision_curves",
 ]
 RESULT = re.compile(r"^(?P<name>.+): (?P<value>[-+0-9.]+) \(target (?P<target>.+)\)$")
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"

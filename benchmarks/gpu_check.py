@@ -148,12 +148,14 @@ def worst(a: list[float], b: list[float]) -> float:
 
 
 def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
-    """Check 1: the three precisions; and the bf16-mixed run's figures, for check 4."""
+    """Check 1: the precisions; and the bf16-mixed run's figures, for check 4."""
     rows, runs = [], {}
     for label, args in (
         ("32-true", ["trainer.precision=32-true"]),
         ("bf16-mixed", ["trainer.precision=bf16-mixed"]),
         ("bf16-mixed compiled", ["trainer.precision=bf16-mixed", "trainer.compile=true"]),
+        ("bf16-true", ["trainer.precision=bf16-true"]),  # 16-bit weights over fp32 masters
+        ("fp8", ["trainer.precision=fp8"]),  # float8 linear layers over them (torchao)
     ):
         f = runs[label] = train(scratch, *m.hardware, *m.model, f"trainer.max_steps={m.steps}",
                                 f"trainer.warmup_steps={m.steps // 5}", *args)  # fmt: skip
@@ -162,11 +164,20 @@ def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
             f"{f[THROUGHPUT.name]:.1f} samples/s, MFU {f[MFU.name]:.1%} "
             f"(planned {f[prediction(MFU.name)]:.1%}{f', goal {goal:.0%}' if goal else ''}), "
             f"peak {f[PEAK_MEMORY.name]:.2f} GiB (planned {f[prediction(PEAK_MEMORY.name)]:.2f})"
+            f"{against_fp32(f, runs)}"
         )
         rows.append(Row(f"1. one device, {label}", figure, goal is None or f[MFU.name] >= goal))
     rows += [peak(m, runs["32-true"], runs["bf16-mixed"])]
     rows += [measuring_cost(scratch, m, runs["bf16-mixed"]), sampled(runs["32-true"], m)]
     return rows, runs["bf16-mixed"]
+
+
+def against_fp32(f: dict[str, float], runs: dict[str, dict[str, float]]) -> str:
+    """The last loss against 32-true's (the first run): what the precision changed."""
+    if not runs or f is runs.get("32-true"):
+        return ""
+    fp32 = runs["32-true"][TRAIN_LOSS.name]
+    return f", last loss {f[TRAIN_LOSS.name] / fp32 - 1:+.2%} against 32-true's"
 
 
 def peak(m: Machine, *runs: dict[str, float]) -> Row:
@@ -383,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     m, start = this_machine(on_cpu), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         scratch = Path(tmp)
-        progress("1. three precisions on one device")
+        progress("1. the precisions on one device")
         rows, bf16 = precisions(scratch, m)
         progress("2. data parallel")
         single = single_run(scratch, m)

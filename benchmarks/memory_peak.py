@@ -6,11 +6,12 @@ planned / measured for each; issue 33's target is every layout within 15 % of th
 
 The planner adds every part at once (runner/planner/memory.py): an upper bound, so the ratios
 sit above 1 until the peak follows the schedule (activations freed as backward makes gradients).
-Usage: .venv/bin/python -m benchmarks.memory_peak
+Usage: .venv/bin/python -m benchmarks.memory_peak [sweep index ...]
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 
 from benchmarks.common import QUIET, ratio_line, runner, training_runs
@@ -34,14 +35,22 @@ SWEEPS = [
     ["model=moe", "parallel=ep", "hardware.devices=2"],
     ["parallel=fsdp_tp", "hardware.devices=4"],
     ["parallel=pp_tp", "hardware.devices=4", "parallel.microbatches=4"],
+    # 16-bit weights over fp32 masters (FSDP2 on every replica), float8 linear layers over them
+    ["parallel=none", "trainer.precision=bf16-true,fp8"],
+    ["parallel=data", "hardware.devices=2", "parallel.shard=optimizer,full",
+     "trainer.precision=bf16-true,fp8"],
+    ["parallel=tp_sp", "hardware.devices=2", "trainer.precision=bf16-true"],
+    ["parallel=fsdp_tp", "hardware.devices=4", "trainer.precision=bf16-true"],
 ]  # fmt: skip
 SHOWN = ("model", "parallel", "parallel.shard", "parallel.schedule", "parallel.microbatches",
-         "trainer.recompute", "parallel.sequence_parallel", "model.dropout")  # fmt: skip
+         "trainer.recompute", "parallel.sequence_parallel", "model.dropout",
+         "trainer.precision")  # fmt: skip
 
 
 def main() -> None:
+    only = [int(i) for i in sys.argv[1:]]  # sweeps by index (all by default)
     with tempfile.TemporaryDirectory() as tmp:
-        for sweep in SWEEPS:
+        for sweep in [s for i, s in enumerate(SWEEPS) if not only or i in only]:
             runner("-m", *JOB, *sweep, cwd=tmp)
         runs = training_runs(tmp)
     print("| layout | planned MiB | measured MiB | planned / measured | activations planned"

@@ -20,6 +20,7 @@ from runner.mesh import Mesh, mesh_of
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
 from runner.models.spec import ModelSpec
+from runner.precision import precision_of
 
 T = TypeVar("T")
 
@@ -78,8 +79,13 @@ class Job:
     def shard(self) -> str:
         """What the data-parallel replicas split among themselves (parallel.shard): nothing
         without several replicas. With context parallelism their cp ranks, which sum gradients
-        with them, shard too (torchtitan's dp_shard_cp)."""
-        return self.parallel.shard if self.mesh.size("dp") > 1 else "none"
+        with them, shard too (torchtitan's dp_shard_cp). Over 16-bit weights ZeRO-1 runs as ZeRO-2
+        does (FSDP2 without resharding after forward: runner/layouts/sharded/shard.py)."""
+        if self.mesh.size("dp") == 1:
+            return "none"
+        if self.parallel.shard == "optimizer" and precision_of(self.trainer).masters:
+            return "gradients"
+        return self.parallel.shard
 
 
 def typed(schema: type[T], node: DictConfig) -> T:

@@ -29,7 +29,9 @@ PARTS = {
     "r": r"\d+",
     "collective": "all_reduce|broadcast|all_gather|reduce_scatter",
     "component": r"[a-z][a-z0-9_]*",  # a model spec's names: embedding, attention, ffn, ...
-    "memory_part": "weights|master_weights|weight_copies|gradients|optimizer_state|activations|total",
+    "memory_part": (
+        "weights|master_weights|weight_copies|gradients|optimizer_state|activations|total"
+    ),
     "time_part": "compute|bubble|dp|tp|sp|cp|ep|pp|overhead",
     "precision": "fp32|tf32|bf16|fp16|fp8",
     "link": "all_reduce|p2p",

@@ -31,7 +31,9 @@ class Precision:
     compute: str  # the key of hardware.peak_tflops its matmuls run at
     activation_bytes: int  # bytes per activation element (what stages send, what layers keep)
     weight_copy_bytes: int  # autocast's 16-bit copy of each weight, held through backward
-    stream_bytes: int = PARAM_BYTES  # the residual stream's and norms' outputs (fp32 under autocast)
+    stream_bytes: int = (
+        PARAM_BYTES  # the residual stream's and norms' outputs (fp32 under autocast)
+    )
     weight_bytes: int = PARAM_BYTES  # the weights layers hold and compute with
     master_bytes: int = 0  # fp32 master weights beside 16-bit ones (0: the weights are their own)
     grad_bytes: int = PARAM_BYTES  # gradients as they are accumulated and reduced

@@ -1,7 +1,8 @@
 """The terminal shows the runner's own lines and real warnings, not third parties' noise: Lightning
 advertises a logging service and its hardware summary on every run, warns that `srun` exists on a
 machine that has SLURM installed, and calls a torch API that torch deprecates (Lightning's
-`_pytree`, not the user's code); MLflow says when it starts and stops sampling system metrics.
+`_pytree`, not the user's code); MLflow says when it starts and stops sampling system metrics;
+torch logs that torchao registers an enum the old way (trainer.precision=fp8) at its import.
 Each is dropped by its exact text (MLflow's by its level); anything else still shows.
 """
 
@@ -29,6 +30,7 @@ class DropLines(logging.Filter):
 
 
 LIGHTNING_FILTER = DropLines(LIGHTNING_INFO)  # one instance: a logger adds it once
+PYTREE_FILTER = DropLines(("%s is an Enum subclass and is now natively supported",))
 
 
 def quiet_third_parties() -> None:
@@ -37,5 +39,6 @@ def quiet_third_parties() -> None:
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(LIGHTNING_FILTER)
     # "Started monitoring system metrics." and its like, on every run: its warnings still show
     logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+    logging.getLogger("torch.utils._pytree").addFilter(PYTREE_FILTER)
     for message in WARNINGS:
         warnings.filterwarnings("ignore", message=message)

@@ -25,7 +25,12 @@ from runner.config.logger import check_tracking
 from runner.config.plan import check_plan
 from runner.config.search import check_search
 from runner.config.study import check_study
-from runner.config.trainer import check_precision, check_recompute, check_trainer
+from runner.config.trainer import (
+    check_precision,
+    check_recompute,
+    check_sixteen_bit,
+    check_trainer,
+)
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
 from runner.layouts.rules import batch_for_plan, check_layout
@@ -155,6 +160,7 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
     check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode in ("train", "calibrate"))
     check_recompute(cfg.trainer, cfg.parallel.schedule, mesh)
+    check_sixteen_bit(cfg.trainer, cfg.parallel, mesh, cfg.mode, cfg.hardware.accelerator)
     job = resolve_job(cfg)  # None for a model of the user's
     if cfg.mode == "train" and job is not None:
         check_fits(job)  # then: nothing else matters for a model too large to train

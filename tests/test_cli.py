@@ -124,7 +124,18 @@ BAD = [
     (["logger.tracking_uri=http://127.0.0.1:9"], "no MLflow server answers"),
     (["parallel=dp_tp", "hardware.devices=2"], "dp x pp x tp = dp=2 x pp=1 x tp=2 = 4"),
     (["trainer.precision=fp4"], "32-true, bf16-mixed, 16-mixed, bf16-true, fp8"),
-    (["trainer.precision=bf16-true"], "trainer.precision: bf16-true is planned"),
+    (
+        ["trainer.precision=bf16-true", "parallel=pipeline", "hardware.devices=2"],
+        "trainer.precision: bf16-true trains one or several replicas",
+    ),
+    (
+        ["trainer.precision=bf16-true", "parallel=data", "hardware.devices=2"],
+        "parallel.shard: none, but bf16-true's replicas keep their fp32 masters",
+    ),
+    (
+        ["trainer.precision=fp8", "parallel=tensor", "hardware.devices=2"],
+        "trainer.precision: fp8 with parallel.tp",
+    ),
     (["trainer.grad_reduce=bf16"], "trainer.grad_reduce: bf16 sums 16-bit weights' gradients"),
     (["mode=search", "hardware=dgx_h100", "search.objective=fast"], "search.objective: 'fast'"),
     (["mode=search", "hardware=dgx_h100", "search.tp=[0]"], "search.tp: sizes must be positive"),

@@ -47,7 +47,9 @@ def test_its_checks_rehearsed_on_this_cpu_pass(
     assert code == 0, out
     checks = ("1.", "2.", "3.", "4.", "5.", "6.", "7.")
     rows = [line for line in out.splitlines() if line[:2] in checks]
-    assert len(rows) == 12 and all("  pass  " in row for row in rows), out
+    assert len(rows) == 14 and all("  pass  " in row for row in rows), out
+    for precision in ("bf16-mixed", "bf16-true", "fp8"):  # check 1: a row each, its loss beside
+        assert f"1. one device, {precision} " in out and "against 32-true's" in out
     assert "planned / measured tensors' peak: " in out  # check 1's memory (judged on a GPU)
     assert all(f"{d}: losses within" in out for d in ("sp", "cp", "ep"))  # check 7, each layout
     assert "GPU 0 none sampled" in out  # MLflow's system metrics, the host's alone

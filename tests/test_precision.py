@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from runner import validate as validate_module
 from runner.autocast import ACTIVATIONS
 from runner.choices import PRECISIONS
 from runner.job import Job, resolve_job
 from runner.planner import plan, predict
-from runner.planner.memory import memory_per_device_gib, params_per_device
+from runner.planner.memory import largest_unit, memory_per_device_gib, params_per_device
 from runner.precision import BY_NAME
 from runner.validate import validate
 from tests.helpers.in_process import Cli
@@ -24,6 +25,7 @@ COMMON = [f"trainer.max_steps={STEPS}", "data.batch_size=16"]
 DECODER = ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropout=0"]
 FFNN = ["model=ffnn", "model.hidden=[64,64,64]"]
 BF16 = "trainer.precision=bf16-mixed"
+TRUE = "trainer.precision=bf16-true"
 # bf16's unit roundoff, 2^-9: layouts add partial sums in other places than one process does
 # (tensor parallelism all-reduces 16-bit partial outputs that one process sums in fp32 inside a
 # matmul), so an activation may differ by one rounding. Measured here: the decoder's losses (an
@@ -88,6 +90,61 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
     twice = 2 * blocks
     fp32_sp = fp32_prediction(*tp_run, "parallel.sequence_parallel=true")[f"{key[:-2]}sp"]
     assert sequence.data.metrics["comm_bytes_per_step/sp"] == twice * 3 / 4 + (fp32_sp - twice)
+
+
+@pytest.mark.slow
+def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    """16-bit weights over fp32 masters (FSDP2's mixed precision on every replica): the same
+    bound as bf16-mixed's, for the same reason (partial sums added in other places), and every
+    byte as planned: FSDP gathers 16-bit weights, sequence parallelism 16-bit activations."""
+    decoder = [*DECODER, *COMMON]
+    single = loss_series(store, train(*decoder, TRUE))
+    assert single != loss_series(store, train(*decoder, BF16))  # not autocast's arithmetic
+    for job in (
+        [*decoder, "hardware.devices=2", "parallel=fsdp,tp_sp"],
+        [*decoder, "parallel=fsdp_tp"],
+    ):
+        done = cli("-m", *job, *QUICK, TRUE, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+    runs = {
+        (r.data.tags["parallel"], r.data.params["parallel.shard"]): r
+        for r in all_runs(store)
+        if r.data.tags.get("world_size", "1") != "1"
+    }
+    assert len(runs) == 3
+    for layout, run in runs.items():
+        m = run.data.metrics
+        assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
+        moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
+        assert moved and all(m[k] == m[f"pred/{k}"] for k in moved), layout
+    gather, sp = "comm_bytes_per_step/dp/all_gather", "comm_bytes_per_step/sp"
+    fsdp = [*decoder, "hardware.devices=2", "parallel=fsdp"]
+    assert runs["data", "full"].data.metrics[gather] == fp32_prediction(*fsdp)[f"pred/{gather}"] / 2
+    tp_sp = [*decoder, "hardware.devices=2", "parallel=tp_sp"]
+    assert runs["tensor", "none"].data.metrics[sp] == fp32_prediction(*tp_sp)[f"pred/{sp}"] / 2
+
+
+@pytest.mark.slow
+def test_fp8_sharded_equals_one_process_in_fp8_and_moves_bf16_true_bytes(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    """torchao's float8 layers over bf16-true: their products changed the arithmetic, the
+    layout did not (beyond the bound of bf16's roundings: tensorwise scales come from each
+    rank's own part of the batch, and a 16-bit rounding apart may round to another float8
+    value; measured 2.4e-4 at most), and FSDP gathers the same bf16 weights as bf16-true's."""
+    fp8, decoder = "trainer.precision=fp8", [*DECODER, *COMMON]
+    single = loss_series(store, train(*decoder, fp8))
+    assert single != loss_series(store, train(*decoder, TRUE))
+    done = cli(*decoder, "hardware.devices=2", "parallel=fsdp", *QUICK, fp8, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "2"]
+    assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
+    m = run.data.metrics
+    true = fp32_prediction(*decoder, "hardware.devices=2", "parallel=fsdp", TRUE)
+    moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
+    assert moved and all(m[k] == m[f"pred/{k}"] == true[f"pred/{k}"] for k in moved)
 
 
 @pytest.mark.slow
@@ -174,18 +231,23 @@ def parts(*overrides: str) -> tuple[dict[str, float], int]:
 
 
 @pytest.mark.parametrize(("reduce", "grad"), [("fp32", 4), ("bf16", 2)])
-def test_the_distributed_optimizer_holds_6_plus_12_over_n_bytes_a_parameter(
+def test_zero_1_over_16_bit_weights_holds_2_bytes_whole_and_the_rest_split(
     reduce: str, grad: int
 ) -> None:
-    """Megatron-LM's count under ZeRO-1 over 16-bit weights: 2 bytes of weights and the
-    gradients' width whole, fp32 masters (4) and AdamW's moments (8) split n ways."""
-    mem, params = parts(*H100_DP8, "parallel.shard=optimizer", "trainer.precision=bf16-true",
-                        f"trainer.grad_reduce={reduce}")  # fmt: skip
+    """FSDP2 without resharding after forward (ZeRO-1 and ZeRO-2 alike over 16-bit weights):
+    2 bytes of weights gathered whole; fp32 masters (4), AdamW's moments (8) and the gradients
+    (their reduced width) split n ways, beside one unit's whole gradient as backward makes it
+    (2 bytes) and as the reduce-scatter takes it (the reduced width). Megatron's distributed
+    optimizer keeps the gradients whole: 6 + 12/n."""
+    zero_1 = [*H100_DP8, "trainer.precision=bf16-true", f"trainer.grad_reduce={reduce}"]
+    mem, params = parts(*zero_1, "parallel.shard=optimizer")
+    unit = largest_unit(job_of(*zero_1, "parallel.shard=optimizer"))
     assert mem["weights"] == pytest.approx(params * 2 / GIB)
-    assert mem["gradients"] == pytest.approx(params * grad / GIB)
     assert mem["master_weights"] == pytest.approx(params * 4 / 8 / GIB)
     assert mem["optimizer_state"] == pytest.approx(params * 8 / 8 / GIB)
+    assert mem["gradients"] == pytest.approx((params * grad / 8 + unit * (2 + grad)) / GIB)
     assert mem["weight_copies"] == 0
+    assert mem == parts(*zero_1, "parallel.shard=gradients")[0]
     fp32, _ = parts(*H100_DP8, "parallel.shard=optimizer", "trainer.precision=bf16-mixed")
     assert fp32["master_weights"] == 0 and fp32["weights"] == pytest.approx(params * 4 / GIB)
 
@@ -203,9 +265,10 @@ def test_zero_3_over_16_bit_weights_gathers_16_bits_and_its_shards_are_the_maste
 
 
 def test_zero_1_over_16_bit_weights_moves_one_all_reduces_bytes() -> None:
-    """Megatron's distributed optimizer: a reduce-scatter of the gradients and an all-gather of
-    the weights, each on the wire (n-1)/n of its payload where an all-reduce puts 2(n-1)/n: at
-    one width, the payloads of the two add up to twice the all-reduce's."""
+    """As Megatron's distributed optimizer: a reduce-scatter of the gradients and an all-gather of
+    the weights (here before the next forward), each on the wire (n-1)/n of its payload where an
+    all-reduce puts 2(n-1)/n: at one width, the payloads of the two add up to twice the
+    all-reduce's."""
     common = [*H100_DP8, "trainer.precision=bf16-true", "trainer.grad_reduce=bf16"]
     ddp = predict(job_of(*common))
     zero = predict(job_of(*common, "parallel.shard=optimizer"))
@@ -238,3 +301,29 @@ def test_fp8_runs_the_blocks_linear_layers_at_the_fp8_rate() -> None:
     bf16, fp8 = compute("trainer.precision=bf16-true"), compute("trainer.precision=fp8")
     assert compute("trainer.precision=fp8", "hardware.peak_tflops.fp8=989") == bf16
     assert bf16 / 2 < fp8 < bf16
+
+
+@pytest.mark.parametrize(
+    ("patch", "said"),
+    [
+        (
+            "torchao",
+            "fp8 trains through torchao's float8 layers, which are not installed: "
+            "pip install torchao",
+        ),
+        ("torch", "fp8 on a CPU needs torch >= 2.13 (its CPU float8 products); this is 2.12.1"),
+    ],
+)
+def test_fp8_without_torchao_or_on_an_older_torch_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, patch: str, said: str
+) -> None:
+    from runner.config import trainer
+
+    if patch == "torchao":
+        monkeypatch.setattr(trainer.importlib.util, "find_spec", lambda name: None)
+    else:
+        monkeypatch.setattr(trainer.metadata, "version", lambda name: "2.12.1")
+    cfg, _ = compose_job("trainer.precision=fp8")
+    with pytest.raises(validate_module.ConfigError) as error:
+        validate(cfg)
+    assert str(error.value) == f"trainer.precision: {said}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 from runner.choices import FP8_RECIPES, GRAD_REDUCE, OPTIMIZERS, PRECISIONS, RECOMPUTE
@@ -69,12 +71,6 @@ def check_precision(t: Any, hw: Any, mesh: Mesh, train: bool) -> None:
         f"{t.precision} keeps fp32 gradients: leave it fp32",
     )
     require(
-        not (train and masters),
-        "trainer.precision",
-        f"{t.precision} is planned (mode=plan, mode=search) but does not train yet: its runtime "
-        "(16-bit weights over fp32 masters) is not built; train with bf16-mixed or 32-true",
-    )
-    require(
         not (t.precision == "16-mixed" and hw.accelerator == "cpu"),
         "trainer.precision",
         "16-mixed (fp16 autocast) runs on GPUs only; on a CPU use bf16-mixed or 32-true",
@@ -107,6 +103,57 @@ def check_precision(t: Any, hw: Any, mesh: Mesh, train: bool) -> None:
         check_gpu_precision(t)
 
 
+def check_sixteen_bit(t: Any, p: Any, mesh: Mesh, mode: str, accelerator: str) -> None:
+    """Where 16-bit weights over fp32 masters train (FSDP2's mixed precision on every replica:
+    runner/layouts/sharded/shard.py); mode=plan and mode=search price every layout."""
+    if not precision_of(t).masters or mode not in ("train", "calibrate"):
+        return
+    key, name = "trainer.precision", t.precision
+    require(mode == "train", key, f"{name}: mode=calibrate measures 32-true and bf16-mixed loops")
+    unbuilt = [d for d in ("pp", "cp", "ep") if mesh.size(d) > 1]
+    require(
+        not unbuilt and p.microbatches == 1,
+        key,
+        f"{name} trains one or several replicas, sharded (parallel.shard) or tensor-parallel, one "
+        f"micro-batch a step; not yet {', '.join(unbuilt) or 'several micro-batches'}: "
+        "mode=plan prices them, bf16-mixed trains them",
+    )
+    require(
+        p.shard != "none" or mesh.dp == 1,
+        "parallel.shard",
+        f"none, but {name}'s replicas keep their fp32 masters in FSDP2's shards: use "
+        "optimizer (Megatron's distributed optimizer), gradients or full",
+    )
+    if name == "fp8":
+        check_float8(mesh, accelerator)
+
+
+TORCH_FOR_CPU_FLOAT8 = (2, 13)  # the first release whose CPU torch._scaled_mm takes float8 here
+
+
+def check_float8(mesh: Mesh, accelerator: str) -> None:
+    """What torchao's float8 training needs here (runner/models/float8.py)."""
+    require(
+        mesh.tp == 1,
+        "trainer.precision",
+        "fp8 with parallel.tp: torchao's float8 layers take tensor-parallel splits through "
+        "their own styles, not built here; use bf16-true with parallel.tp",
+    )
+    require(
+        importlib.util.find_spec("torchao") is not None,
+        "trainer.precision",
+        "fp8 trains through torchao's float8 layers, which are not installed: pip install torchao",
+    )
+    version = tuple(int(part) for part in metadata.version("torch").split(".")[:2])
+    need = ".".join(map(str, TORCH_FOR_CPU_FLOAT8))
+    require(
+        accelerator != "cpu" or version >= TORCH_FOR_CPU_FLOAT8,
+        "trainer.precision",
+        f"fp8 on a CPU needs torch >= {need} (its CPU float8 products); this is "
+        f"{metadata.version('torch')}",
+    )
+
+
 def check_recompute(t: Any, schedule: str, mesh: Mesh) -> None:
     """Recomputation runs once per backward; zero_bubble splits a stage's backward in two."""
     require(
@@ -122,9 +169,14 @@ def check_gpu_precision(t: Any) -> None:
     import torch  # only when training on a GPU: the CPU path stays free of heavy imports
 
     require(
-        t.precision != "bf16-mixed" or torch.cuda.is_bf16_supported(),
+        precision_of(t).compute != "bf16" or torch.cuda.is_bf16_supported(),
         "trainer.precision",
-        f"bf16-mixed, but {torch.cuda.get_device_name()} has no bf16: use 16-mixed or 32-true",
+        f"{t.precision}, but {torch.cuda.get_device_name()} has no bf16: use 16-mixed or 32-true",
+    )
+    require(
+        t.precision != "fp8" or torch.cuda.get_device_capability() >= (8, 9),
+        "trainer.precision",
+        f"fp8, but {torch.cuda.get_device_name()} has no float8 tensor cores (Ada, Hopper on)",
     )
     require(
         not t.tf32 or torch.cuda.get_device_capability() >= (8, 0),

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from runner.cluster import bind_gloo_to_loopback
 from runner.compat.device_mesh import flattened
@@ -31,7 +32,7 @@ from runner.layouts.expert.split import ExpertSplit
 from runner.layouts.layout import Layout, LocalShard
 from runner.layouts.probes import Recorder
 from runner.layouts.process_group import backend, timeout
-from runner.layouts.sharded.shard import Sharding
+from runner.layouts.sharded.shard import Sharding, sixteen_bit
 from runner.layouts.tensor.split import TensorSplit, plan_of
 from runner.mesh import DIMS, Mesh
 from runner.models.registry import spec_for
@@ -52,6 +53,7 @@ class MeshStrategy(DDPStrategy, Layout):
         sequence: bool = False,  # parallel.sequence_parallel: what `parallelize` splits too
         context: ContextSplit | None = None,  # parallel.cp: the sequence split over the cp ranks
         expert_spec: Any = None,  # parallel.ep: the model's spec, which finds its experts
+        policy: MixedPrecisionPolicy | None = None,  # 16-bit weights over fp32 masters: FSDP2's
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
@@ -61,9 +63,11 @@ class MeshStrategy(DDPStrategy, Layout):
         self.context = context or ContextSplit(None, 1, 0)
         self.experts = ExpertSplit(expert_spec, shape)
         self.replication = Replication(bucket_cap_mb)
-        # parallel.shard: nothing to split without several replicas (or their cp ranks)
+        # parallel.shard: nothing to split without several replicas (or their cp ranks); over
+        # 16-bit weights FSDP2 holds the masters, on one replica too
         level = shard if shape.size("dp") > 1 else "none"
-        self.sharding = Sharding(level, units) if level != "none" else None
+        sharded = level != "none" or policy is not None
+        self.sharding = Sharding(level, units, policy) if sharded else None
         self.device_mesh: DeviceMesh | None = None
         self.own_group = False  # the process group of one process, made here (setup_distributed)
 
@@ -106,11 +110,12 @@ class MeshStrategy(DDPStrategy, Layout):
 
     def replicate(self, module: nn.Module) -> nn.Module:
         """Over the data-parallel dimension (with the replicas' cp ranks, which sum gradients
-        too): sharded, or replicated by DDP; the module itself with one replica."""
-        if self.shape.size("dp") == 1:
-            return module
+        too): sharded, or replicated by DDP; the module itself with one replica (but over
+        16-bit weights: FSDP2 over that one)."""
         if self.sharding is not None and self.sharding.shards_model:
             return self.sharding.apply(module, self.replicas(), self.microbatches)
+        if self.shape.size("dp") == 1:
+            return module
         others = self.experts.names(module)
         return self.replication.apply(module, self.replicas(), self.root_device, others)
 
@@ -183,6 +188,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
         sequence=cfg.parallel.sequence_parallel,
         context=context_of(cfg, mesh),
         expert_spec=spec,
+        policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce),
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

@@ -9,6 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.mesh import mesh_of
+from runner.precision import precision_of
 
 
 def strategy(cfg: DictConfig) -> Any:
@@ -17,8 +18,10 @@ def strategy(cfg: DictConfig) -> Any:
     schedule runs forward and backward per micro-batch (on one process too)."""
     mesh = mesh_of(cfg)
     accumulate = cfg.parallel.microbatches > 1
-    sharded = cfg.parallel.shard != "none" and mesh.dp > 1
-    if mesh.world == 1 and not accumulate:
+    # 16-bit weights over fp32 masters: FSDP2's mixed precision, one process's too
+    masters = precision_of(cfg.trainer).masters
+    sharded = (cfg.parallel.shard != "none" and mesh.dp > 1) or masters
+    if mesh.world == 1 and not accumulate and not masters:
         return "auto"  # any layout on one device is the plain single-device run
     if mesh.pp > 1 or accumulate:
         from runner.layouts.pipeline.strategy import strategy as make

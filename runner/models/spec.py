@@ -187,11 +187,11 @@ class ModelSpec:
         stages: list[range],
         microbatches: int,
         sequence: bool = False,
-    ) -> tuple[float, float]:
+    ) -> tuple[float, float, float]:
         """Like tp_traffic, the collectives of a vocabulary split over the tensor-parallel ranks
-        (parallel.vocab_parallel): fp32 elements at every precision, and calls; with
-        `sequence`, under sequence parallelism."""
-        return 0.0, 0.0
+        (parallel.vocab_parallel): elements of the residual stream's width (runner/precision.py),
+        elements of fp32 logits, and calls; with `sequence`, under sequence parallelism."""
+        return 0.0, 0.0, 0.0
 
     def sp_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, vocab_tp: bool

@@ -4,20 +4,21 @@ Under fp32 and autocast (runner/precision.py) weights, gradients and AdamW's two
 and autocast adds a 16-bit copy of each weight, held from forward until backward. Over 16-bit
 weights (bf16-true, fp8) the layers hold 16-bit weights, the optimizer fp32 master weights beside
 its moments, and gradients are accumulated in trainer.grad_reduce's width (Megatron-LM's
-distributed optimizer: 6 + 12/n bytes a parameter under ZeRO-1 with fp32 gradients; FSDP2's
-mixed precision: its fp32 shards are the masters). Activations as the model's spec counts them
-(the decoder's: Korthikanti et al. 2022) for the micro-batches a stage holds in flight: the first
-pipeline stage holds min(m, p) micro-batches under 1F1B, all m under GPipe; what each holds
-depends on trainer.recompute (runner/models/recompute.py).
+distributed optimizer holds 6 + 12/n bytes a parameter under ZeRO-1 with fp32 gradients; here
+ZeRO-1 over 16-bit weights runs as FSDP2 without resharding after forward, whose fp32 shards are
+the masters and which shards gradients as it reduces them: ZeRO-2's 2 + 16/n). Activations as
+the model's spec counts them (the decoder's: Korthikanti et al. 2022) for the micro-batches a
+stage holds in flight: the first pipeline stage holds min(m, p) micro-batches under 1F1B, all m
+under GPipe; what each holds depends on trainer.recompute (runner/models/recompute.py).
 
-Sharded data parallelism (parallel.shard, n = dp ranks): optimizer splits the optimizer state
-(and the masters) n ways; gradients the gradients too, the weights whole (gathered from forward to the end of
-backward) beside FSDP's shards of them (1/n more); full the weights too: 1/n of them, the root's
-gathered (the decoder's embedding, never resharded) and two layers' (the one computing, the one
-prefetched: the largest two) - with several micro-batches the runtime keeps them gathered as
+Sharded data parallelism (parallel.shard, n = dp ranks): optimizer splits the optimizer state (and
+the masters) n ways; gradients the gradients too, the weights whole (gathered from forward to the
+end of backward) beside FSDP's shards of them (1/n more); full the weights too: 1/n of them, the
+root's gathered (the decoder's embedding, never resharded) and two layers' (the one computing, the
+one prefetched: the largest two) - with several micro-batches the runtime keeps them gathered as
 gradients does. Both add one unit's whole gradients twice, as backward makes them and as the
-reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight
-is saved for backward, which freeing the fp32 weight does not free.
+reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight is
+saved for backward, which freeing the fp32 weight does not free.
 
 The peak follows the step rather than adding every part at once. Weights and optimizer state are
 resident from the first step on. Activations are held from forward until backward frees them
@@ -184,7 +185,7 @@ def held_parts_gib(job: Job) -> dict[str, float]:
         out["weights"] = weights_held(job, shards, weight) / GIB
     elif shard in ("gradients", "full"):  # FSDP's shards, and every unit gathered beside them
         out["weights"] *= 1 + shards / weight / n
-    if shard in ("gradients", "full"):
+    if shard in ("gradients", "full") or precision.masters:  # FSDP2 (on one replica too)
         # a unit's whole gradients as backward makes them, and the reduce-scatter's input
         out["gradients"] += largest_unit(job) * (weight + grad) / GIB
     return out

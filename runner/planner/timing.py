@@ -142,11 +142,7 @@ def stage_s(job: Job, index: int, rates: Rates) -> float:
         per_token = job.spec.stage_flops_per_token(job.model, job.data, job.stages, job.mesh.tp)
         flops = per_token[index] * micro_samples(job) * job.tokens_per_sample * (1 + full / 3)
         return flops / (rates.peak * gemm.curve_share(rates.curve, float("inf")))
-    return sum(
-        rates.seconds(g)
-        * (3 + (full and g.recomputed))
-        for g in products
-    )
+    return sum(rates.seconds(g) * (3 + (full and g.recomputed)) for g in products)
 
 
 def stage_products(job: Job, index: int) -> list[Any] | None:

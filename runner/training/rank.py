@@ -36,9 +36,11 @@ from runner.layouts.strategy import strategy
 from runner.mesh import TRAFFIC_DIMS, mesh_of
 from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
 from runner.models.device_time import emulate_device_time
+from runner.models.float8 import to_float8
 from runner.models.recompute import recompute
 from runner.models.registry import spec_for
 from runner.planner.failures import priced
+from runner.precision import precision_of
 from runner.quiet import quiet_third_parties
 from runner.snapshots import Snapshots, continues
 from runner.threads import this_rank_threads
@@ -181,7 +183,8 @@ def build_trainer(
         devices=cfg.hardware.devices,
         num_nodes=cfg.hardware.nodes,
         strategy=strategy(cfg),
-        precision=t.precision,  # Lightning's autocast (runner/precision.py)
+        # Lightning's autocast (runner/precision.py); 16-bit weights are FSDP2's, not Lightning's
+        precision="32-true" if precision_of(t).masters else t.precision,
         use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
         max_steps=t.max_steps - start,
         max_epochs=-1,
@@ -228,6 +231,8 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
     spec = spec_for(cfg.model)
     if spec is not None:
         recompute(spec.recompute_units(model), cfg.trainer.recompute)
+    if cfg.trainer.precision == "fp8":  # before any layout: FSDP2 shards the float8 layers
+        to_float8(model, cfg.trainer.fp8_recipe)
     emulate_device_time(model, cfg.hardware.emulated_linear_ms)
     if cfg.trainer.tf32:  # checked: a GPU with TF32 tensor cores
         torch.set_float32_matmul_precision("high")

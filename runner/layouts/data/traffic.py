@@ -2,7 +2,7 @@
 per DDP bucket, in what gradients are reduced in (fp32 but with 16-bit weights and
 trainer.grad_reduce=bf16: runner/precision.py). So under parallel.shard none, and optimizer over
 fp32 weights (ZeRO-1 adds its broadcast: runner/layouts/sharded/traffic.py); FSDP (gradients,
-full) and ZeRO-1 over 16-bit weights (Megatron's distributed optimizer) run no all-reduce."""
+full, and ZeRO-1 over 16-bit weights) runs no all-reduce."""
 
 from __future__ import annotations
 
@@ -48,14 +48,6 @@ def stage_buckets(job: Job, index: int, placed: bool) -> list[int]:
     return buckets([n * grad_bytes(job) for n in tensors], job.parallel.bucket_cap_mb)
 
 
-def all_reduces(job: Job) -> bool:
-    """Whether the replicas sum gradients by all-reduce (not FSDP's or the distributed
-    optimizer's reduce-scatter)."""
-    if job.shard in ("gradients", "full"):
-        return False
-    return not (job.shard == "optimizer" and precision_of(job.trainer).masters)
-
-
 @shared(
     key=lambda job: stages_key(
         job, job.mesh.size("dp"), job.shard, job.parallel.bucket_cap_mb, precision_of(job.trainer)
@@ -63,7 +55,7 @@ def all_reduces(job: Job) -> bool:
 )
 def traffic(job: Job) -> Traffic:
     mesh, stages, elem = job.mesh, job.stages, grad_bytes(job)
-    if mesh.size("dp") < 2 or not all_reduces(job):
+    if mesh.size("dp") < 2 or job.shard in ("gradients", "full"):
         return Traffic()
     placed = mesh.ep > 1  # DDP leaves the experts to expert parallelism
     per_stage = [job.stage_tensors(i, experts=not placed) for i in range(len(stages))]

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from runner import clock
@@ -33,16 +35,37 @@ from runner.layouts.probes import Recorder, Transfer
 from runner.layouts.sharded import probe
 
 
+def sixteen_bit(precision: str, grad_reduce: str) -> MixedPrecisionPolicy | None:
+    """FSDP2's mixed precision for 16-bit weights over fp32 masters (runner/precision.py): its
+    fp32 shards are the masters the optimizer steps; each unit's weights are gathered and computed
+    in bf16, gradients reduced in `grad_reduce`; the model's output comes back fp32 for the loss
+    (torchtitan's `mixed_precision_param`/`_reduce`). None: weights stay as they are."""
+    if precision not in ("bf16-true", "fp8"):
+        return None
+    reduce = torch.bfloat16 if grad_reduce == "bf16" else torch.float32
+    return MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=reduce, output_dtype=torch.float32
+    )
+
+
 def shard_module(
-    module: nn.Module, units: list[nn.Module], mesh: DeviceMesh, level: str, microbatches: int
+    module: nn.Module,
+    units: list[nn.Module],
+    mesh: DeviceMesh,
+    level: str,
+    microbatches: int,
+    policy: MixedPrecisionPolicy | None = None,
 ) -> list[FSDPModule]:
-    """FSDP2 over `mesh` (the dp dimension) on `units` (those inside `module`), then `module`.
-    Returns every FSDP module, the whole last."""
+    """FSDP2 over `mesh` (the dp dimension) on `units` (those inside `module`), then `module`, in
+    `policy`'s precision. Returns every FSDP module, the whole last."""
     inside = [u for u in units if any(u is m for m in module.modules())]
     free = level == "full" and microbatches == 1
+    # The units hand each other 16 bits; the whole's output alone comes back in the policy's
+    mixed = {"mp_policy": replace(policy, output_dtype=None)} if policy is not None else {}
     for unit in inside:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=free)
-    fully_shard(module, mesh=mesh, reshard_after_forward=False)
+        fully_shard(unit, mesh=mesh, reshard_after_forward=free, **mixed)
+    whole = {"mp_policy": policy} if policy is not None else {}
+    fully_shard(module, mesh=mesh, reshard_after_forward=False, **whole)
     for before, after in zip(inside, inside[1:], strict=False):
         before.set_modules_to_forward_prefetch([after])
         after.set_modules_to_backward_prefetch([before])
@@ -95,16 +118,24 @@ class Sharding:
     """Sharding's part of a mesh: data-parallel replicas that split their state over the mesh's
     dp dimension (and cp's), at one level (parallel.shard). `optimizer` replicates by DDP
     (runner/layouts/data/replicate.py) and splits the optimizer; `gradients` and `full` shard the
-    model's units (the spec's, found in the whole model before it is split) in DDP's place."""
+    model's units (the spec's, found in the whole model before it is split) in DDP's place.
+    Over 16-bit weights (`policy`) FSDP2 runs every level, one replica's too: `optimizer` as
+    `gradients` (Megatron's distributed optimizer's bytes: gradients reduce-scattered, 16-bit
+    weights gathered again before the next forward)."""
 
-    def __init__(self, level: str, units: Callable[[nn.Module], list[nn.Module]]) -> None:
-        self.level, self.units = level, units
+    def __init__(
+        self,
+        level: str,
+        units: Callable[[nn.Module], list[nn.Module]],
+        policy: MixedPrecisionPolicy | None = None,
+    ) -> None:
+        self.level, self.units, self.policy = level, units, policy
         self.unit_list: list[nn.Module] = []
         self.fsdp: list[FSDPModule] = []  # every FSDP module made, each stage's whole last
 
     @property
     def shards_model(self) -> bool:
-        return self.level in ("gradients", "full")
+        return self.level in ("gradients", "full") or self.policy is not None
 
     def find_units(self, model: nn.Module) -> None:
         """The units of the whole model, before a split or a stage hides what they are."""
@@ -113,13 +144,15 @@ class Sharding:
     def apply(self, module: nn.Module, replicas: DeviceMesh, microbatches: int) -> nn.Module:
         """`module` sharded over the replicas (a 1-D mesh: dp, or dp x cp flattened; FSDP2 wraps
         it in place), for a step of `microbatches` micro-batches."""
-        self.fsdp += shard_module(module, self.unit_list, replicas, self.level, microbatches)
+        self.fsdp += shard_module(
+            module, self.unit_list, replicas, self.level, microbatches, self.policy
+        )
         return module
 
     def optimizers(self, optimizers: list[Any], replicas: DeviceMesh) -> list[Any]:
         """ZeRO-1: each replica (each of its cp ranks too) steps its share of the optimizer
         state."""
-        if self.level != "optimizer":
+        if self.level != "optimizer" or self.shards_model:
             return optimizers
         return [zero_optimizer(o, replicas.get_group()) for o in optimizers]
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from statistics import fmean
 
 from runner.job import Job
-from runner.layouts.data.traffic import stage_buckets
 from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
 from runner.models.spec import ModelSpec
@@ -101,7 +100,7 @@ def collectives(job: Job) -> list[Collective]:
     if shard == "none":
         return []
     if shard == "optimizer":
-        return distributed_optimizer(job) if precision.masters else zero_one_broadcast(job)
+        return zero_one_broadcast(job)  # over 16-bit weights ZeRO-1 runs as FSDP (Job.shard)
     stages = [units(job, i) for i in range(len(job.stages))]
     total = sum(u.total for u in stages) / pp
     calls = sum(u.calls for u in stages) / pp
@@ -109,7 +108,9 @@ def collectives(job: Job) -> list[Collective]:
     edge_calls = fmean(u.edge_calls for u in stages)
     out = [
         Collective("all_gather", "forward", total * gather, calls, edge * gather, edge_calls),
-        Collective("reduce_scatter", "backward", total * scatter, calls, edge * scatter, edge_calls),
+        Collective(
+            "reduce_scatter", "backward", total * scatter, calls, edge * scatter, edge_calls
+        ),
     ]
     if regathers(job):  # every layer again, the root's weights kept
         again = sum(u.inner for u in stages) * gather / pp
@@ -124,22 +125,6 @@ def zero_one_broadcast(job: Job) -> list[Collective]:
     sent = sum(sum(t) for t in tensors) * PARAM_BYTES / job.mesh.pp
     calls = sum(len(t) for t in tensors) / job.mesh.pp
     return [Collective("broadcast", "after", sent, calls, sent, calls)]
-
-
-def distributed_optimizer(job: Job) -> list[Collective]:
-    """Megatron-LM's distributed optimizer (ZeRO-1 over 16-bit weights): gradients
-    reduce-scattered bucket by bucket as backward makes them (DDP's buckets; the last one after
-    backward ends), the updated 16-bit weights all-gathered after the step, bucket by bucket.
-    Together one all-reduce's bytes where both move the same width."""
-    precision, pp, placed = precision_of(job.trainer), job.mesh.pp, job.mesh.ep > 1
-    per_stage = [stage_buckets(job, i, placed) for i in range(len(job.stages))]
-    params = sum(sum(b) for b in per_stage) / precision.grad_bytes / pp
-    calls, tail = fmean(len(b) for b in per_stage), fmean(b[-1] for b in per_stage)
-    gathered = params * precision.weight_bytes
-    return [
-        Collective("reduce_scatter", "backward", params * precision.grad_bytes, calls, tail, 1),
-        Collective("all_gather", "after", gathered, calls, gathered, calls),
-    ]
 
 
 def traffic(job: Job) -> Traffic:

@@ -4,9 +4,10 @@ micro-batches run them all; each stage's shards carry their own layers' share.
 
 Under mixed precision the forward all-reduces sum the split layers' 16-bit outputs; the backward
 ones sum gradients of the layers' inputs, in what the layers hand each other (the model's spec: a
-transformer's fp32 residual stream, whose blocks all-reduce as much backward as forward). A
-vocabulary split over the ranks adds its own collectives, fp32 at every precision. Full activation
-recomputation runs the forward all-reduces once more, in backward, at the forward's precision.
+transformer's fp32 residual stream, whose blocks all-reduce as much backward as forward; over
+16-bit weights all of it is 16-bit). A vocabulary split over the ranks adds its own collectives,
+in the stream's width (the loss's, fp32). Full activation recomputation runs the forward
+all-reduces once more, in backward, at the forward's precision.
 
 With sequence parallelism (runner/models/decoder/parallelize.py) the blocks' all-reduces become
 all-gathers and reduce-scatters, dimension "sp" on the same ranks: the same payload twice over (an
@@ -39,10 +40,11 @@ def traffic(job: Job) -> Traffic:
         elements, calls = spec.tp_traffic(job.model, job.data, samples, job.stages, micro)
         payload = elements * elem
     if job.vocab_tp:
-        vocab, vocab_calls = spec.vocab_tp_traffic(
+        stream_part, logits, vocab_calls = spec.vocab_tp_traffic(
             job.model, job.data, samples, job.stages, micro, job.sequence
         )
-        payload, calls = payload + vocab * 4, calls + vocab_calls
+        payload += stream_part * spec.between_layers_bytes(forward, stream) + logits * 4
+        calls += vocab_calls
     mode = job.trainer.recompute  # full recomputation re-runs forward all-reduces in backward
     again, again_calls = spec.tp_recompute_traffic(
         job.model, job.data, samples, job.stages, micro, mode
@@ -51,7 +53,9 @@ def traffic(job: Job) -> Traffic:
         payload, calls = payload + again * forward, calls + again_calls
         return Traffic({"tp": payload / (mesh.pp * mesh.cp)}, {"tp": calls / mesh.pp})
     blocks, ends, sp_calls = spec.sp_traffic(job.model, job.data, samples, micro, job.vocab_tp)
-    sp = blocks * elem + ends * stream + 2 * again * elem  # recomputed: gathered and scattered again
+    sp = (
+        blocks * elem + ends * stream + 2 * again * elem
+    )  # recomputed: gathered and scattered again
     sp_calls += 2 * again_calls
     if mode == "selective":  # the forward's all-gathers (one a tp all-reduce), of the stream
         gathered, gathered_calls = spec.tp_recompute_traffic(

@@ -160,8 +160,12 @@ class DecoderSpec(ModelSpec):
         narrow = 4 + 4 * kv_share(m)
         qkv = 8 if math and not ring else narrow
 
+        # The math path computes 16-bit attention in fp32 (torch's default: SDPA's math kernel
+        # upcasts 16-bit inputs, allow_fp16_bf16_reduction_math_sdp off) and keeps its scores so
+        wide = 4 / held.elem
+
         def per_layer() -> float:
-            scores = 5 * a * s / (h * t) if math else 0
+            scores = 5 * a * s / (h * t) * wide if math else 0
             if ring:  # bytes of masks for the pairs computed, in the formula's 16-bit values
                 pairs = s * (held.cp + 1) / 2  # its own block whole, half of each other's
                 scores = a * pairs / (h * t) * 2 / held.elem if dropout else 0
@@ -172,7 +176,7 @@ class DecoderSpec(ModelSpec):
 
         def saved() -> float:  # what selective recomputation keeps (the docstring)
             stream = 2 / t if held.sequence else 2
-            scores = 2 * a * s / (h * t) if math and not ring else 0
+            scores = 2 * a * s / (h * t) * wide if math and not ring else 0
             projection = 2 + tp_sums(held)  # the output projection's output and its sum
             kept = stream + narrow / t + self.ffn_saved_units(m, held, s * b) + projection + scores
             return s * b * h * kept * held.elem / 2
@@ -297,18 +301,18 @@ class DecoderSpec(ModelSpec):
         stages: list[range],
         microbatches: int,
         sequence: bool = False,
-    ) -> tuple[float, float]:
-        """Per micro-batch of b samples, all fp32 (the embedding runs outside autocast; the
-        output layer's input gradient flows back into the fp32 residual stream; the loss's logits
-        are fp32): the embedding's forward all-reduce (b*s*h), the output layer's backward one of
-        its input gradient (b*s*h), and loss_parallel's three in forward (b*s each: the max, the
-        sum of exponentials, the target's logit; none in backward). Measured with the tensor
-        probe (runner/layouts/tensor/probe.py). With sequence parallelism the output layer's
-        backward reduce-scatters instead (sp_traffic)."""
+    ) -> tuple[float, float, float]:
+        """Per micro-batch of b samples, in the residual stream's width (fp32 under autocast,
+        which the embedding runs outside; 16 bits over 16-bit weights): the embedding's forward
+        all-reduce (b*s*h) and the output layer's backward one of its input gradient (b*s*h),
+        which flows back into the stream; in fp32 (the loss takes fp32 logits): loss_parallel's
+        three in forward (b*s each: the max, the sum of exponentials, the target's logit; none in
+        backward). Measured with the tensor probe (runner/layouts/tensor/probe.py). With sequence
+        parallelism the output layer's backward reduce-scatters instead (sp_traffic)."""
         tokens = samples * data["seq_len"]
         if sequence:
-            return tokens * (m["d_model"] + 3), 4 * microbatches
-        return tokens * (2 * m["d_model"] + 3), 5 * microbatches
+            return tokens * m["d_model"], tokens * 3, 4 * microbatches
+        return tokens * 2 * m["d_model"], tokens * 3, 5 * microbatches
 
     def tp_recompute_traffic(
         self, m: Cfg, data: Cfg, samples: int, stages: list[range], microbatches: int, mode: str
