@@ -125,12 +125,12 @@ BAD = [
     (["parallel=dp_tp", "hardware.devices=2"], "dp x pp x tp = dp=2 x pp=1 x tp=2 = 4"),
     (["trainer.precision=fp4"], "32-true, bf16-mixed, 16-mixed, bf16-true, fp8"),
     (
-        ["trainer.precision=bf16-true", "parallel=pipeline", "hardware.devices=2"],
-        "trainer.precision: bf16-true trains one or several replicas",
+        ["model=moe", "parallel=ep", "trainer.precision=bf16-true"],
+        "trainer.precision: bf16-true with parallel.ep",
     ),
     (
         ["trainer.precision=bf16-true", "parallel=data", "hardware.devices=2"],
-        "parallel.shard: none, but bf16-true's replicas keep their fp32 masters",
+        "parallel.shard: none, but bf16-true's replicas (and their cp ranks) keep their fp32",
     ),
     (
         ["trainer.precision=fp8", "parallel=tensor", "hardware.devices=2"],

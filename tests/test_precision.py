@@ -12,6 +12,7 @@ from runner import validate as validate_module
 from runner.autocast import ACTIVATIONS
 from runner.choices import PRECISIONS
 from runner.job import Job, resolve_job
+from runner.layouts.pipeline.traffic import tied_share
 from runner.planner import plan, predict
 from runner.planner.memory import largest_unit, memory_per_device_gib, params_per_device
 from runner.precision import BY_NAME
@@ -98,12 +99,14 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
 ) -> None:
     """16-bit weights over fp32 masters (FSDP2's mixed precision on every replica): the same
     bound as bf16-mixed's, for the same reason (partial sums added in other places), and every
-    byte as planned: FSDP gathers 16-bit weights, sequence parallelism 16-bit activations."""
+    byte as planned: FSDP gathers 16-bit weights, sequence parallelism and the pipeline's stages
+    16-bit activations (half of fp32's, where autocast sends the decoder's fp32 stream)."""
     decoder = [*DECODER, *COMMON]
     single = loss_series(store, train(*decoder, TRUE))
     assert single != loss_series(store, train(*decoder, BF16))  # not autocast's arithmetic
     for job in (
-        [*decoder, "hardware.devices=2", "parallel=fsdp,tp_sp"],
+        [*decoder, "hardware.devices=2", "parallel=fsdp,tp_sp,pipeline"],
+        [*decoder, "hardware.devices=2", "parallel=cp", "parallel.shard=full"],
         [*decoder, "parallel=fsdp_tp"],
     ):
         done = cli("-m", *job, *QUICK, TRUE, cwd=tmp_path)
@@ -113,7 +116,7 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
         for r in all_runs(store)
         if r.data.tags.get("world_size", "1") != "1"
     }
-    assert len(runs) == 3
+    assert len(runs) == 5
     for layout, run in runs.items():
         m = run.data.metrics
         assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
@@ -124,6 +127,11 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
     assert runs["data", "full"].data.metrics[gather] == fp32_prediction(*fsdp)[f"pred/{gather}"] / 2
     tp_sp = [*decoder, "hardware.devices=2", "parallel=tp_sp"]
     assert runs["tensor", "none"].data.metrics[sp] == fp32_prediction(*tp_sp)[f"pred/{sp}"] / 2
+    # the stages' sends halve; the tied embedding's gradient, summed between the ends, stays fp32
+    pp, pipeline = "comm_bytes_per_step/pp", [*decoder, "hardware.devices=2", "parallel=pipeline"]
+    tied, _ = tied_share(job_of(*pipeline))
+    sent = fp32_prediction(*pipeline)[f"pred/{pp}"] - tied
+    assert tied > 0 and runs["pipeline", "none"].data.metrics[pp] == sent / 2 + tied
 
 
 @pytest.mark.slow

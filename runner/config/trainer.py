@@ -110,19 +110,18 @@ def check_sixteen_bit(t: Any, p: Any, mesh: Mesh, mode: str, accelerator: str) -
         return
     key, name = "trainer.precision", t.precision
     require(mode == "train", key, f"{name}: mode=calibrate measures 32-true and bf16-mixed loops")
-    unbuilt = [d for d in ("pp", "cp", "ep") if mesh.size(d) > 1]
     require(
-        not unbuilt and p.microbatches == 1,
+        mesh.ep == 1,
         key,
-        f"{name} trains one or several replicas, sharded (parallel.shard) or tensor-parallel, one "
-        f"micro-batch a step; not yet {', '.join(unbuilt) or 'several micro-batches'}: "
-        "mode=plan prices them, bf16-mixed trains them",
+        f"{name} with parallel.ep: expert parallelism sums the experts' gradients outside FSDP2 "
+        f"(parallel.shard none), and {name} keeps its masters in FSDP2's shards; mode=plan "
+        "prices it, bf16-mixed trains it",
     )
     require(
-        p.shard != "none" or mesh.dp == 1,
+        p.shard != "none" or mesh.size("dp") == 1,
         "parallel.shard",
-        f"none, but {name}'s replicas keep their fp32 masters in FSDP2's shards: use "
-        "optimizer (Megatron's distributed optimizer), gradients or full",
+        f"none, but {name}'s replicas (and their cp ranks) keep their fp32 masters in FSDP2's "
+        "shards: use optimizer (Megatron's distributed optimizer), gradients or full",
     )
     if name == "fp8":
         check_float8(mesh, accelerator)

@@ -44,6 +44,7 @@ from runner.layouts.pipeline.stages import (
 )
 from runner.layouts.probes import Schedule, Transfer
 from runner.layouts.process_group import backend, timeout
+from runner.layouts.sharded.shard import sixteen_bit
 from runner.layouts.tensor.split import plan_of
 from runner.losses import on_shards
 from runner.mesh import Mesh
@@ -77,8 +78,10 @@ class PipelineStrategy(MeshStrategy):
         self.spec = spec
         self.schedule_name, self.microbatches, self.microbatch = schedule, microbatches, microbatch
         self.layers, self.virtual, self.activations = layers, virtual, activations
-        # What stages hand each other: what the model's layers do (its spec says)
-        self.between = torch.float32 if spec.fp32_stream else activations
+        # What stages hand each other: what the model's layers do (its spec says), 16 bits over
+        # 16-bit weights
+        wide = spec.fp32_stream and kw.get("policy") is None
+        self.between = torch.float32 if wide else activations
         self.trace = PipelineTrace()
         self.schedule_record: Schedule | None = None  # the last step's, for the timing
 
@@ -260,6 +263,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         shard=p.shard,
         units=spec_for(cfg.model).recompute_units,
         context=context_of(cfg, mesh),
+        policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce, output=None),
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from runner.job import Job
 from runner.layouts.traffic import Traffic
-from runner.precision import precision_of
+from runner.precision import PARAM_BYTES, precision_of
 
 
 def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
@@ -53,8 +53,7 @@ def tied_bytes(job: Job) -> float:
     if job.mesh.pp < 2:
         return 0.0
     sharded = job.mesh.size("dp") if job.shard in ("gradients", "full") else 1
-    elem = precision_of(job.trainer).grad_bytes
-    return job.spec.tied_elements(job.model, job.mesh.tp, job.vocab_tp) * elem / sharded
+    return job.spec.tied_elements(job.model, job.mesh.tp, job.vocab_tp) * PARAM_BYTES / sharded
 
 
 def tied_share(job: Job) -> tuple[float, float]:

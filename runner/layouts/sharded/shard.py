@@ -33,18 +33,23 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from runner import clock
 from runner.layouts.probes import Recorder, Transfer
 from runner.layouts.sharded import probe
+from runner.precision import BY_NAME
 
 
-def sixteen_bit(precision: str, grad_reduce: str) -> MixedPrecisionPolicy | None:
+def sixteen_bit(
+    precision: str, grad_reduce: str, output: torch.dtype | None = torch.float32
+) -> MixedPrecisionPolicy | None:
     """FSDP2's mixed precision for 16-bit weights over fp32 masters (runner/precision.py): its
     fp32 shards are the masters the optimizer steps; each unit's weights are gathered and computed
-    in bf16, gradients reduced in `grad_reduce`; the model's output comes back fp32 for the loss
-    (torchtitan's `mixed_precision_param`/`_reduce`). None: weights stay as they are."""
-    if precision not in ("bf16-true", "fp8"):
+    in bf16, gradients reduced in `grad_reduce`; the model's output comes back in `output` (fp32
+    for the loss; None: as computed, for a pipeline's stages, which cast what they send
+    themselves). torchtitan's `mixed_precision_param`/`_reduce`. None: weights stay as they
+    are."""
+    if not BY_NAME[precision].masters:
         return None
     reduce = torch.bfloat16 if grad_reduce == "bf16" else torch.float32
     return MixedPrecisionPolicy(
-        param_dtype=torch.bfloat16, reduce_dtype=reduce, output_dtype=torch.float32
+        param_dtype=torch.bfloat16, reduce_dtype=reduce, output_dtype=output
     )
 
 
