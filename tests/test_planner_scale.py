@@ -9,7 +9,7 @@ from statistics import median
 import pytest
 from scipy.stats import spearmanr
 
-from benchmarks import published
+from benchmarks import megatron_bridge, published
 from benchmarks.published import LLAMA3_TABLE_4, TABLE_1, equation_3_flops, h100_compare
 from runner import validate
 from runner.job import resolve_job
@@ -157,6 +157,22 @@ def test_llama_3s_h100_runs_are_reproduced_within_the_bound() -> None:
     errors = [abs(h100_compare(row)["error"]) for row in LLAMA3_TABLE_4]
     assert median(errors) <= 0.10
     assert max(errors) <= 0.20
+
+
+def test_megatron_bridges_fp8_h100_runs_are_each_within_the_bound() -> None:
+    """NVIDIA Megatron-Bridge's DGX-H100 rows (benchmarks/megatron_bridge.py, docs/planner.md):
+    Llama 3 8B, 70B and 3.1 405B in FP8, each within 20 %, counted by their own FLOP count. Its
+    median (10.04 %) misses issue 45's 10 % by a hair; docs/planner.md says so."""
+    assert all(abs(megatron_bridge.compare(row)["error"]) <= 0.20 for row in megatron_bridge.ROWS)
+
+
+def test_megatron_bridges_flop_count_reproduces_its_published_rates() -> None:
+    """Their TFLOP/s over their tokens/s (8B 14,451, 70B 1,633, 405B 326 a GPU) is their count
+    per token: the count here reproduces it within 0.2 %."""
+    published = {"Llama 3 8B": 14451, "Llama 3 70B": 1633, "Llama 3.1 405B": 326}
+    for row in megatron_bridge.ROWS:
+        per_token = row.tflops * 1e12 / published[row.name]
+        assert row.model.flops_per_token == pytest.approx(per_token, rel=2e-3), row.name
 
 
 def test_the_plan_names_what_bounds_the_step() -> None:

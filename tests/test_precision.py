@@ -27,6 +27,7 @@ DECODER = ["model=decoder", "model.d_model=32", "model.n_layers=2", "model.dropo
 FFNN = ["model=ffnn", "model.hidden=[64,64,64]"]
 BF16 = "trainer.precision=bf16-mixed"
 TRUE = "trainer.precision=bf16-true"
+HALF_REDUCE = "trainer.grad_reduce=bf16"
 # bf16's unit roundoff, 2^-9: layouts add partial sums in other places than one process does
 # (tensor parallelism all-reduces 16-bit partial outputs that one process sums in fp32 inside a
 # matmul), so an activation may differ by one rounding. Measured here: the decoder's losses (an
@@ -106,7 +107,7 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
     assert single != loss_series(store, train(*decoder, BF16))  # not autocast's arithmetic
     for job in (
         [*decoder, "hardware.devices=2", "parallel=fsdp,tp_sp,pipeline"],
-        [*decoder, "hardware.devices=2", "parallel=cp", "parallel.shard=full"],
+        [*decoder, "hardware.devices=2", "parallel=cp", "parallel.shard=full", HALF_REDUCE],
         [*decoder, "parallel=fsdp_tp"],
     ):
         done = cli("-m", *job, *QUICK, TRUE, cwd=tmp_path)
@@ -127,6 +128,15 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
     assert runs["data", "full"].data.metrics[gather] == fp32_prediction(*fsdp)[f"pred/{gather}"] / 2
     tp_sp = [*decoder, "hardware.devices=2", "parallel=tp_sp"]
     assert runs["tensor", "none"].data.metrics[sp] == fp32_prediction(*tp_sp)[f"pred/{sp}"] / 2
+    # gradients reduced in 16 bits (trainer.grad_reduce=bf16): half the reduce-scatter's bytes
+    scatter, cp = (
+        "comm_bytes_per_step/dp/reduce_scatter",
+        [*decoder, "hardware.devices=2", "parallel=cp", "parallel.shard=full"],
+    )
+    assert (
+        runs["context", "full"].data.metrics[scatter]
+        == fp32_prediction(*cp, TRUE)[f"pred/{scatter}"] / 2
+    )
     # the stages' sends halve; the tied embedding's gradient, summed between the ends, stays fp32
     pp, pipeline = "comm_bytes_per_step/pp", [*decoder, "hardware.devices=2", "parallel=pipeline"]
     tied, _ = tied_share(job_of(*pipeline))
