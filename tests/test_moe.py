@@ -22,7 +22,7 @@ from tests.helpers.records import all_runs, loss_series
 RELATIVE = 1e-5  # fp32: experts' products over other batches of slots, sums in another order
 
 
-def layer(capacity_factor: float, balance_weight: float = 0.0) -> MoEFeedForward:
+def layer(capacity_factor: float | None, balance_weight: float = 0.0) -> MoEFeedForward:
     torch.manual_seed(0)
     return MoEFeedForward(8, 4, 2, capacity_factor, balance_weight)
 
@@ -45,6 +45,18 @@ def test_every_token_goes_through_its_top_k_experts_when_none_is_full() -> None:
     moe, x = layer(capacity_factor=2.0), torch.randn(1, 10, 8)  # 2 = n / k: room for every token
     assert torch.allclose(moe(x)[0], by_hand(moe, x[0]), atol=1e-6)
     assert moe.routed["dropped"] == 0 and moe.routed["counts"].sum() == 20
+
+
+def test_dropless_routing_drops_no_token_however_unbalanced_the_router() -> None:
+    """The default: every expert takes every token routed to it, its slots the busiest's load.
+    A router that sends every token's first choice to expert 0 fills it with all 10."""
+    moe, x = layer(capacity_factor=None), torch.rand(1, 10, 8)  # positive tokens
+    with torch.no_grad():
+        moe.router.weight[0] = 100.0  # expert 0 scores highest for every one of them
+    out = moe(x)
+    counts = moe.routed["counts"]
+    assert counts[0] == 10 and moe.capacity(10, counts) == 10
+    assert moe.routed["dropped"] == 0 and torch.allclose(out[0], by_hand(moe, x[0]), atol=1e-5)
 
 
 def test_a_full_expert_drops_the_tokens_routed_to_it_last() -> None:
@@ -144,6 +156,34 @@ def test_every_expert_layout_equals_the_single_process_run_and_counts_its_bytes(
 
 
 @pytest.mark.slow
+def test_dropless_expert_parallelism_equals_one_process_where_capacity_does_not(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    """Switch's capacity counts each rank's own tokens: a token that a rank's full expert drops
+    would have found a slot in one process's larger buffer, so ep runs differ from one process.
+    Dropless routing drops none anywhere: the same losses. Its all-to-alls pad every expert to
+    the busiest one's load, more than the even share the planner counts."""
+    dropless = [a for a in EP_JOB if not a.startswith("model.capacity_factor")]
+    switch = [*dropless, "model.capacity_factor=1.25"]
+    for job in (dropless, switch):
+        single = loss_series(store, train(*job))
+        done = cli(*job, *QUICK, "parallel=ep", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        ep = [r for r in all_runs(store) if r.data.tags.get("world_size") == "2"]
+        run = max(ep, key=lambda r: r.info.start_time)
+        losses = loss_series(store, run.info.run_id)
+        m = run.data.metrics
+        if job is dropless:
+            assert losses == pytest.approx(single, rel=RELATIVE)
+            assert m["router/dropped_fraction"] == 0
+            assert m["comm_bytes_per_step/ep"] >= m["pred/comm_bytes_per_step/ep"]
+        else:
+            assert losses != pytest.approx(single, rel=RELATIVE)
+            assert m["router/dropped_fraction"] > 0
+            assert m["comm_bytes_per_step/ep"] == m["pred/comm_bytes_per_step/ep"]
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="counts glibc's malloc")
 def test_the_planner_counts_the_experts_slots(store: str) -> None:
     """The default mixture of experts (s 64, b 32, h 128, 4 experts, top 2, 2 blocks, dropout
@@ -173,13 +213,16 @@ MIXTRAL = [  # docs/planner.md's plan
 
 
 def test_a_mixtral_class_model_fits_with_its_experts_placed_and_not_without() -> None:
-    """Slots: ceil(1.25 x 4 x 4,096 x 2 / 8) = 5,120 an expert; 6 all-to-alls a block of 8 x
-    5,120 x 4,096 values, the dispatches at 4 bytes, the combines at 2."""
+    """Dropless slots, an even share: 4 x 4,096 x 2 / 8 = 4,096 an expert (ceil(1.25 x that) =
+    5,120 under Switch's capacity); 6 all-to-alls a block of 8 x slots x 4,096 values, the
+    dispatches at 4 bytes, the combines at 2."""
     out = planned(*MIXTRAL)
     # forward, recomputed, backward: each a dispatch at 4 bytes and a combine at 2
-    assert out["comm_bytes_per_step"]["ep"] == 8 * 5120 * 4096 * 32 * 3 * (4 + 2)
-    memory = out["mem_per_device_gib"]
-    assert (round(memory["total"], 1), round(memory["weights"], 1)) == (46.3, 20.3)
-    assert round(memory["activations"], 1) == 11.5
+    assert out["comm_bytes_per_step"]["ep"] == 8 * 4096 * 4096 * 32 * 3 * (4 + 2)
+    switch = planned(*MIXTRAL, "model.capacity_factor=1.25")["comm_bytes_per_step"]["ep"]
+    assert switch == 8 * 5120 * 4096 * 32 * 3 * (4 + 2)
+    memory = out["mem_per_device_gib"]  # regression values, docs/planner.md's
+    assert (round(memory["total"], 1), round(memory["weights"], 1)) == (46.0, 20.3)
+    assert round(memory["activations"], 1) == 11.2
     assert round(planned(*MIXTRAL[:-5], "parallel.ep=1", *MIXTRAL[-4:])["mem_per_device_gib"][
         "total"]) == 271  # fmt: skip

@@ -53,6 +53,13 @@ class ExpertExchange:
     def __init__(self, experts: nn.Module, group: dist.ProcessGroup, ep: int) -> None:
         self.experts, self.group, self.ep = experts, group, ep
 
+    def agree(self, busiest: int) -> int:
+        """Dropless routing's slots per expert: the busiest expert's load on any ep rank, so that
+        every rank's buffer has the same shape (one all-reduce of one number)."""
+        load = torch.tensor([busiest], dtype=torch.int64)
+        dist.all_reduce(load, op=dist.ReduceOp.MAX, group=self.group)
+        return int(load.item())
+
     def __call__(self, slots: torch.Tensor) -> torch.Tensor:
         n, capacity, d = slots.shape
         mine = n // self.ep

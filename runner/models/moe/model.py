@@ -4,10 +4,13 @@ each block's FFN replaced by n_experts FFNs of the same shape and a router that 
 to its top_k of them, their outputs weighted by the router's probabilities (renormalized over the
 k chosen).
 
-Each expert has a fixed number of slots, capacity = ceil(capacity_factor x tokens x top_k /
-n_experts): every token's first choice is placed before any token's second (GShard's order), and a
-token routed to a full expert is dropped there. Fixed slots make the dispatch a dense (experts x
-capacity x d_model) buffer: expert parallelism moves it with all-to-all. The load-balancing loss
+Routing is dropless by default (capacity_factor null: Megatron-Core's and torchtitan's default,
+as Mixtral and DeepSeek-V3 trained): every expert takes every token routed to it, and each has as
+many slots as the busiest one's load (over the expert-parallel ranks, which agree on it). With a
+capacity_factor each expert has capacity = ceil(capacity_factor x tokens x top_k / n_experts)
+slots (Switch's): every token's first choice is placed before any token's second (GShard's order),
+and a token routed to a full expert is dropped there. The slots make the dispatch a dense (experts
+x capacity x d_model) buffer: expert parallelism moves it with all-to-all. The load-balancing loss
 (Switch Transformer's, n_experts x sum over experts of the share of tokens routed to it times its
 mean router probability, taken per sequence and averaged, as DeepSeek-V3's sequence-wise loss and
 Megatron-LM's seq_aux_loss take it: so it does not depend on how a batch is split over ranks and
@@ -62,7 +65,7 @@ class BalanceLoss(torch.autograd.Function):
 
 class MoEFeedForward(nn.Module):
     def __init__(
-        self, d_model: int, n_experts: int, top_k: int, capacity_factor: float,
+        self, d_model: int, n_experts: int, top_k: int, capacity_factor: float | None,
         balance_weight: float, dropout: float = 0.0,
     ) -> None:  # fmt: skip
         super().__init__()
@@ -79,8 +82,14 @@ class MoEFeedForward(nn.Module):
         # a step's micro-batches, summed
         self.routed: dict[str, torch.Tensor] = {}
 
-    def capacity(self, tokens: int) -> int:
-        return math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts)
+    def capacity(self, tokens: int, load: torch.Tensor | None = None) -> int:
+        """Slots per expert: capacity_factor x an even share; dropless (no factor), the busiest
+        expert's `load` (tokens routed to each), agreed over the expert-parallel ranks."""
+        if self.capacity_factor is not None:
+            return math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts)
+        busiest = int(load.max()) if load is not None else tokens
+        agree = getattr(self.exchange, "agree", None)
+        return agree(busiest) if agree is not None else busiest
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, d, n = x.shape, x.shape[-1], self.n_experts
@@ -92,7 +101,7 @@ class MoEFeedForward(nn.Module):
         chosen = choice.t().reshape(-1)
         per_expert = F.one_hot(chosen, n)
         position = (per_expert.cumsum(0) - 1).gather(1, chosen[:, None]).squeeze(1)
-        capacity = self.capacity(len(tokens))
+        capacity = self.capacity(len(tokens), per_expert.sum(0))
         kept = position < capacity
         slot = (chosen * capacity + position)[kept]
         source = torch.arange(len(tokens), device=x.device).repeat(self.top_k)[kept]
@@ -125,7 +134,8 @@ class MoEFeedForward(nn.Module):
 class MoEDecoder(Decoder):
     def __init__(
         self, vocab_size: int, context_len: int, d_model: int, n_heads: int, n_layers: int,
-        dropout: float = 0.0, n_experts: int = 4, top_k: int = 2, capacity_factor: float = 1.25,
+        dropout: float = 0.0, n_experts: int = 4, top_k: int = 2,
+        capacity_factor: float | None = None,
         balance_weight: float = 0.01, n_kv_heads: int | None = None, ffn_hidden: int | None = None,
     ) -> None:  # fmt: skip
         # ffn_hidden: the experts' width is 4 x d_model (MoESpec.check refuses another)

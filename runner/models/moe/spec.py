@@ -35,8 +35,11 @@ def block_tensors(m: Cfg, tp: int = 1, ep: int = 1, experts: bool = True) -> lis
 
 
 def capacity(m: Cfg, tokens: int) -> int:
-    """Slots per expert for a micro-batch's tokens (runner/models/moe/model.py)."""
-    return math.ceil(m["capacity_factor"] * tokens * m["top_k"] / m["n_experts"])
+    """Slots per expert for a micro-batch's tokens (runner/models/moe/model.py). Dropless (no
+    capacity_factor): an even share, what a balanced router fills; the runtime pads every expert
+    to the busiest one's load, more where the router is unbalanced (router/load_max_over_mean)."""
+    factor = m.get("capacity_factor")
+    return math.ceil((factor or 1) * tokens * m["top_k"] / m["n_experts"])
 
 
 class MoESpec(DecoderSpec):
@@ -74,7 +77,13 @@ class MoESpec(DecoderSpec):
 
     def check(self, m: Cfg, data: Cfg, train: bool) -> None:
         super().check(m, data, train)
-        positive(m, "model", "n_experts", "top_k", "capacity_factor")
+        positive(m, "model", "n_experts", "top_k")
+        factor = m.get("capacity_factor")
+        require(
+            factor is None or factor > 0,
+            "model.capacity_factor",
+            f"must be positive, or null for dropless routing; got {factor}",
+        )
         n, k = m["n_experts"], m["top_k"]
         require(k <= n, "model.top_k", f"{k} experts a token of model.n_experts={n}")
         weight = m["balance_weight"]
