@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from runner.compat import MissingAPI, private
 
@@ -26,13 +27,14 @@ def test_each_wrapper_refuses_a_release_without_its_api(monkeypatch: pytest.Monk
     from torch.distributed import distributed_c10d
     from torch.distributed.pipelining import schedules
 
-    from runner.compat import collectives, lightning, pipelining, process_group
+    from runner.compat import collectives, float8, lightning, pipelining, process_group
 
     cases = [
         (schedules, "_batch_p2p", lambda: pipelining.wrap_p2p(lambda f: f, lambda f: f)),
         (funcol, "all_reduce", lambda: collectives.wrap_functional({("all_reduce",): lambda f: f})),
         (distributed_c10d, "default_pg_timeout", lambda: process_group.set_default_timeout(60)),
         (TQDMProgressBar, "_should_update", lightning.progress_bar_base),
+        (torch, "_scaled_mm", lambda: float8.float8_product(16, torch.device("cpu"))),
     ]
     for owner, name, use in cases:
         with monkeypatch.context() as patched:

@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from runner.allocator import keep_freed_memory
 from runner.cluster import free_port
+from runner.compat.float8 import float8_product
 from runner.fork_server import start_fork_server
 from runner.job import Job
 from runner.layouts.data.traffic import bucket_count
@@ -115,18 +116,35 @@ CURVE_SIZES = {"cpu": (32, 64, 128, 256, 512, 1024), "cuda": (256, 512, 1024, 20
 
 
 def keys_of(device: torch.device) -> tuple[str, ...]:
-    """The peak_tflops keys to measure: a CPU has no TF32 or fp16 fast path."""
-    return tuple(GPU_DTYPES) if device.type == "cuda" else ("fp32", "bf16")
+    """The peak_tflops keys to measure: a CPU has no TF32 or fp16 fast path; float8 products
+    (trainer.precision=fp8) where torch runs them: a GPU of compute capability 8.9 on (Ada,
+    Hopper), a CPU under torch 2.13 on (converted, not native: slower than bf16)."""
+    keys = tuple(GPU_DTYPES) if device.type == "cuda" else ("fp32", "bf16")
+    return (*keys, "fp8") if takes_float8(device) else keys
+
+
+def takes_float8(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= (8, 9)
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+
+def product(n: int, device: torch.device, key: str) -> Callable[[], Any]:
+    """An n x n x n product at one peak_tflops key, as a call."""
+    if key == "fp8":
+        return float8_product(n, device)
+    a, b = (torch.randn(n, n, device=device, dtype=GPU_DTYPES[key]) for _ in range(2))
+    return lambda: a @ b
 
 
 def matmul_flops(device: torch.device, key: str) -> dict[int, float]:
     """FLOP/s of square products of each size at one peak_tflops key."""
-    dtype, out = GPU_DTYPES[key], {}
+    out = {}
     torch.set_float32_matmul_precision("high" if key == "tf32" else "highest")
     for n in CURVE_SIZES[device.type]:
-        a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
         repeats = max(REPEATS, int(2e8 / n**3))  # small products: enough calls to time
-        out[n] = 2 * n**3 / best_time(lambda a=a, b=b: a @ b, repeats, device, PRODUCT_BUDGET_S)
+        call = product(n, device, key)
+        out[n] = 2 * n**3 / best_time(call, repeats, device, PRODUCT_BUDGET_S)
     torch.set_float32_matmul_precision("highest")
     return out
 
