@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from benchmarks.plain_loop import config
+from benchmarks.published import error_table
 from runner.job import resolve_job
 from runner.metrics import PLAN_STEP_TIME
 from runner.planner import plan
@@ -109,16 +110,20 @@ def compare(row: BridgeRow) -> dict[str, float]:
 
 
 def table() -> tuple[str, list[float]]:
-    lines = ["| model | release | GPUs | TP x PP x CP (VP) | published TFLOP/s | planned | error | "
-             "planned GiB a GPU |", "|---|---|---:|---|---:|---:|---:|---:|"]  # fmt: skip
-    errors = []
-    for row in ROWS:
-        c = compare(row)
-        errors.append(c["error"])
-        lines.append(f"| {row.name} | {row.release} | {row.gpus:,} | {row.tp} x {row.pp} x "
-                     f"{row.cp} ({row.vp}) | {row.tflops:.0f} | {c['tflops']:.0f} | "
-                     f"{c['error']:+.1%} | {c['memory_gib']:.0f} |")  # fmt: skip
-    return "\n".join(lines), errors
+    return error_table(
+        (
+            "| model | release | GPUs | TP x PP x CP (VP) | published TFLOP/s | planned | error | "
+            "planned GiB a GPU |",
+            "|---|---|---:|---|---:|---:|---:|---:|",
+        ),
+        ROWS,
+        compare,
+        lambda row, c: (
+            f"| {row.name} | {row.release} | {row.gpus:,} | {row.tp} x {row.pp} x {row.cp} "
+            f"({row.vp}) | {row.tflops:.0f} | {c['tflops']:.0f} | {c['error']:+.1%} | "
+            f"{c['memory_gib']:.0f} |"
+        ),
+    )
 
 
 def main() -> None:

@@ -28,8 +28,10 @@ Usage: .venv/bin/python -m benchmarks.published
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
+from typing import Any
 
 from benchmarks.plain_loop import config
 from runner.job import resolve_job
@@ -98,20 +100,37 @@ def compare(row: Row) -> dict[str, float]:
     return {"tflops": tflops, "error": tflops / row.tflops - 1, PLAN_MFU.name: out[PLAN_MFU.name]}
 
 
-def table(rows: list[Row]) -> tuple[str, list[float]]:
-    lines = [
-        "| params (B) | t | p | GPUs | batch | published TFLOP/s | planned | error | planned MFU |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+def error_table(
+    header: tuple[str, str],
+    rows: list[Any],
+    compare: Callable[[Any], dict],
+    cells: Callable[[Any, dict], str],
+) -> tuple[str, list[float]]:
+    """A Markdown table of published rows against their plans (`header`: the columns' names and
+    alignments, `cells`: a row's, from the row and its comparison), and each row's error."""
+    lines = list(header)
     errors = []
     for row in rows:
         c = compare(row)
         errors.append(c["error"])
-        lines.append(
+        lines.append(cells(row, c))
+    return "\n".join(lines), errors
+
+
+def table(rows: list[Row]) -> tuple[str, list[float]]:
+    return error_table(
+        (
+            "| params (B) | t | p | GPUs | batch | published TFLOP/s | planned | error | "
+            "planned MFU |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ),
+        rows,
+        compare,
+        lambda row, c: (
             f"| {row.params_b:,.1f} | {row.tp} | {row.pp} | {row.gpus:,} | {row.batch:,} | "
             f"{row.tflops:.0f} | {c['tflops']:.0f} | {c['error']:+.1%} | {c[PLAN_MFU.name]:.1%} |"
-        )
-    return "\n".join(lines), errors
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -159,17 +178,19 @@ def h100_compare(row: H100Row) -> dict:
 
 
 def h100_table() -> tuple[str, list[float]]:
-    lines = ["| GPUs | t x cp x p x d | sequence | published TFLOP/s | planned | error | "
-             "planned GiB a GPU |", "|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    errors = []
-    for row in LLAMA3_TABLE_4:
-        c = h100_compare(row)
-        errors.append(c["error"])
-        lines.append(
+    return error_table(
+        (
+            "| GPUs | t x cp x p x d | sequence | published TFLOP/s | planned | error | "
+            "planned GiB a GPU |",
+            "|---:|---|---:|---:|---:|---:|---:|",
+        ),
+        LLAMA3_TABLE_4,
+        h100_compare,
+        lambda row, c: (
             f"| {row.gpus:,} | {row.tp} x {row.cp} x {row.pp} x {row.dp} | {row.seq:,} | "
             f"{row.tflops:.0f} | {c['tflops']:.0f} | {c['error']:+.1%} | {c['memory_gib']:.0f} |"
-        )
-    return "\n".join(lines), errors
+        ),
+    )
 
 
 def sixteen_bit(row: H100Row) -> list[str]:
