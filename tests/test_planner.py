@@ -270,6 +270,12 @@ def test_the_report_leaves_a_run_without_memory_out_of_the_memory_figures() -> N
             for m in (2, 4)]  # fmt: skip
     names = [line.split("  ")[0] for line in report.table(long, result).splitlines()[1:3]]
     assert names == [r.info.run_name for r in long]
+    # A measurement at or below 0 (a tiny run's resident memory read below its start) is no
+    # figure: left out of the errors and of the log-log picture, which it would break.
+    below = fake_run("below", **step, peak_memory_gib=-4e-5, **{"pred/peak_memory_gib": 1e-4})
+    with_below = report.summary([old, new, below])
+    assert with_below["median_abs_error/peak_memory_gib"] == pytest.approx(0.25)
+    assert len(report.picture([old, new, below], with_below).axes) == 2
     # No run with memory (a sweep from before it was measured): step time only, as it was.
     result = report.summary([old, fake_run("older", step_time_s=1.0, **{"pred/step_time_s": 1.2})])
     assert not any("peak_memory_gib" in key for key in result)

@@ -102,13 +102,13 @@ def training_runs(
 
 
 def pairs(runs: list[MlflowRun], figure: str) -> list[Pair]:
-    """The runs that have `figure` measured (not 0: errors are relative to it) and predicted, each
-    with the two."""
+    """The runs that have `figure` measured (above 0: errors are relative to it, and the picture is
+    log-log) and predicted, each with the two."""
     predicted = FIGURES[figure]
     return [
         (r, r.data.metrics[figure], r.data.metrics[predicted])
         for r in runs
-        if predicted in r.data.metrics and r.data.metrics.get(figure)
+        if predicted in r.data.metrics and r.data.metrics.get(figure, 0) > 0
     ]
 
 

@@ -147,5 +147,7 @@ class PeakMemory:
             return torch.cuda.max_memory_allocated() / GIB
         if self.base_kib is None:
             return None
-        grown = (resident_kib("VmHWM") - self.base_kib) * 1024
+        # Training's peak is at least what was resident at its start: Linux updates VmHWM
+        # lazily, and a tiny model's run has read it a few KiB below that start (-4e-5 GiB)
+        grown = max(0, resident_kib("VmHWM") - self.base_kib) * 1024
         return (self.held_bytes + grown) / GIB
