@@ -1,11 +1,14 @@
-"""The planner's memory per device against the peaks measured here, layout by layout: the
-suite's layouts of a 3.7 M-parameter decoder (d_model 256, 4 blocks, dropout 0.1, fp32, batch 8),
-6 steps each. Measured: `peak_allocated_gib`, the tensors' bytes at the step's sampled peak (the
-CPU's counterpart of CUDA's allocated peak: docs/measurement.md), and `activations_gib`. Prints
-planned / measured for each; issue 33's target is every layout within 15 % of the measured peak.
+"""The planner's memory per device against the peaks measured here, layout by layout and
+precision by precision: the suite's layouts of a 3.7 M-parameter decoder (d_model 256, 4 blocks,
+dropout 0.1, batch 8) in fp32, and a layout of each kind in bf16-true, fp8 and bf16-mixed, 6 steps
+each. Measured: `peak_allocated_gib`, the tensors' bytes at the step's sampled peak (the CPU's
+counterpart of CUDA's allocated peak: docs/measurement.md) with the math library's workspace, and
+`activations_gib`. Prints planned / measured for each; the target is every pair within 15 % of
+the measured peak.
 
-The planner adds every part at once (runner/planner/memory.py): an upper bound, so the ratios
-sit above 1 until the peak follows the schedule (activations freed as backward makes gradients).
+The planner's peak is the largest of the step's moments (runner/planner/memory.py), the
+profile's workspace resident in each.
+
 Usage: .venv/bin/python -m benchmarks.memory_peak [sweep index ...]
 """
 
@@ -41,6 +44,14 @@ SWEEPS = [
      "trainer.precision=bf16-true,fp8"],
     ["parallel=tp_sp", "hardware.devices=2", "trainer.precision=bf16-true"],
     ["parallel=fsdp_tp", "hardware.devices=4", "trainer.precision=bf16-true"],
+    ["parallel=pipeline", "hardware.devices=2", "parallel.microbatches=4",
+     "trainer.precision=bf16-true"],
+    ["parallel=cp", "hardware.devices=2", "parallel.shard=optimizer", "trainer.precision=bf16-true"],
+    # autocast over fp32 weights
+    ["parallel=none", "trainer.precision=bf16-mixed"],
+    ["parallel=data", "hardware.devices=2", "parallel.shard=none,full",
+     "trainer.precision=bf16-mixed"],
+    ["parallel=tp_sp", "hardware.devices=2", "trainer.precision=bf16-mixed"],
 ]  # fmt: skip
 SHOWN = ("model", "parallel", "parallel.shard", "parallel.schedule", "parallel.microbatches",
          "trainer.recompute", "parallel.sequence_parallel", "model.dropout",

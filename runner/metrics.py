@@ -30,7 +30,7 @@ PARTS = {
     "collective": "all_reduce|broadcast|all_gather|reduce_scatter",
     "component": r"[a-z][a-z0-9_]*",  # a model spec's names: embedding, attention, ffn, ...
     "memory_part": (
-        "weights|master_weights|weight_copies|gradients|optimizer_state|activations|total"
+        "weights|master_weights|weight_copies|gradients|optimizer_state|activations|workspace|total"
     ),
     "time_part": "compute|bubble|dp|tp|sp|cp|ep|pp|overhead",
     "precision": "fp32|tf32|bf16|fp16|fp8",
@@ -206,7 +206,12 @@ HELD_FOR_BACKWARD = entry(
     "activations_gib", GIB,
     "what forward left for backward: tensors held at its end less at the step's start", TIMING,
 )  # fmt: skip
-PEAKS = per_rank(PEAK_MEMORY, PEAK_ALLOCATED, HELD_FOR_BACKWARD)
+WORKSPACE = entry(
+    "workspace_gib", GIB,
+    "in use between steps beyond the rank's weights, gradients and optimizer state: the math"
+    " library's buffers (cuBLAS's workspace, a CPU BLAS's packing buffers)", TIMING,
+)  # fmt: skip
+PEAKS = per_rank(PEAK_MEMORY, PEAK_ALLOCATED, HELD_FOR_BACKWARD, WORKSPACE)
 
 # --- training: communication (2 or more processes) ---
 
@@ -271,6 +276,7 @@ with_prediction(STEP_TIME, "the planner's step time")
 with_prediction(MFU, "the planner's MFU")
 with_prediction(PEAK_MEMORY, "the planner's memory per device")
 with_prediction(HELD_FOR_BACKWARD, "the planner's activations per device")
+with_prediction(WORKSPACE, "the profile's workspace_mib at the run's precision")
 with_prediction(IDLE_FRACTION, "the planner's idle fraction")
 with_prediction(COMM_BYTES_PER_STEP, "the planner's payload")
 with_prediction(COMM_BYTES_BY_COLLECTIVE, "the planner's payload of one collective")
@@ -411,6 +417,9 @@ CALIBRATE_MEMORY_BANDWIDTH = calibrated(
 CALIBRATE_STEP_TIME = calibrated("step_time_s", SECONDS, "the runner's own step of the model")
 CALIBRATE_STEP_OVERHEAD = calibrated(
     "step_overhead_s", SECONDS, "the runner's step less a plain PyTorch loop's"
+)
+CALIBRATE_WORKSPACE = calibrated(
+    "workspace_bytes", BYTES, "the runner's rank's workspace_gib, in bytes"
 )
 CALIBRATE_PLAIN_STEP = calibrated("plain_step_time_s", SECONDS, "the plain PyTorch loop's step")
 CALIBRATE_STEP_FLOPS = calibrated("step_flops", "FLOP/s", "model FLOPs per plain step / its time")

@@ -578,6 +578,9 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
         shares = dict(map(tuple, cfg.hardware.gemm_efficiency[key]))
         assert max(shares.values()) == 1.0 and shares[32] < 1.0
     assert 0 < cfg.hardware.compute_efficiency <= 1
+    # what the runner's rank held beyond its tensors, as the planner reads it (MiB)
+    workspace = measured["workspace_bytes"] / 2**20
+    assert cfg.hardware.workspace_mib[measured["compute"]] == pytest.approx(workspace, abs=0.01)
     return True
 
 

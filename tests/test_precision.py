@@ -230,8 +230,10 @@ def test_every_run_logs_peak_memory_and_mfu_beside_the_planners(store: str) -> N
     # At least the weights, gradients and Adam state the planner counts (16 bytes a parameter),
     # held at once. Malloc's bytes in use, not resident memory: this process has run other jobs,
     # and what they freed, kept resident, takes this one's without growing it (the resident
-    # figure is checked in processes of their own: above, and tests/test_recompute.py).
-    assert m["peak_allocated_gib"] > planned["total"] - planned["activations"]
+    # figure is checked in processes of their own: above, and tests/test_recompute.py). The math
+    # library's workspace predates the run in this process too.
+    resident = planned["total"] - planned["activations"] - planned["workspace"]
+    assert m["peak_allocated_gib"] > resident
     assert m["pred/peak_memory_gib"] == pytest.approx(planned["total"])
     # Both MFUs divide the same model FLOPs by a step time and the same peak.
     assert m["mfu"] * m["step_time_s"] == pytest.approx(m["pred/mfu"] * m["pred/step_time_s"])

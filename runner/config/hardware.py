@@ -61,6 +61,11 @@ class HardwareConfig:
     # a key without points: every product at peak. mode=calibrate measures them.
     gemm_efficiency: dict[str, list[Any]] = field(default_factory=dict)
     memory_bandwidth_gbs: float | None = None  # per device; caps thin products (the roofline)
+    # What the math library keeps once it has run a product, per device, in MiB, by the key a
+    # precision computes at: cuBLAS's workspace on a GPU (PyTorch's default, allocated by its
+    # caching allocator), the BLAS's and oneDNN's packing buffers on a CPU. A key missing: none.
+    # mode=calibrate measures the job's.
+    workspace_mib: dict[str, float] = field(default_factory=dict)
     # Share of a step's compute time its matrix products take, at the speeds above: the rest is
     # norms, softmax, element-wise work, the optimizer and launches.
     compute_efficiency: float = MISSING
@@ -158,6 +163,8 @@ def check_profile(hw: Any) -> None:
     require(hw.memory_gib is None or hw.memory_gib > 0, "hardware.memory_gib", "must be positive")
     for dtype, tflops in hw.peak_tflops.items():
         require(tflops > 0, f"hardware.peak_tflops.{dtype}", f"must be positive, got {tflops}")
+    for dtype, mib in getattr(hw, "workspace_mib", {}).items():
+        require(mib >= 0, f"hardware.workspace_mib.{dtype}", f"must be 0 or more, got {mib}")
     check_gemm_curves(hw)
     for tier in ("intra_node", "inter_node"):
         link = hw[tier]

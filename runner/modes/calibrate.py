@@ -53,7 +53,9 @@ from runner.metrics import (
     CALIBRATE_STEP_TIME,
     CALIBRATE_THREADS,
     CALIBRATE_TP_OVERHEAD,
+    CALIBRATE_WORKSPACE,
     STEP_TIME,
+    WORKSPACE,
 )
 from runner.modes.split_step import layer_overhead_s, splits
 from runner.planner.timing import Rates, model_flops_per_step, products_s
@@ -167,11 +169,12 @@ def memory_bandwidth(device: torch.device) -> float:
 QUICK = {"max_steps": 12, "warmup_steps": 4, "val_batches": 0, "progress_bar": False}
 
 
-def runner_step_time(cfg: DictConfig) -> float:
-    """Mean step time of the runner's own training (Lightning and all), a few steps, no record."""
+def runner_step(cfg: DictConfig) -> dict[str, float]:
+    """The runner's own training (Lightning and all), a few steps, no record: its figures (the
+    mean step time, what the rank held beyond its tensors)."""
     from runner.training.rank import train
 
-    return train(OmegaConf.merge(cfg, {"trainer": QUICK}))[STEP_TIME.name]
+    return train(OmegaConf.merge(cfg, {"trainer": QUICK}))
 
 
 def random_batch(
@@ -308,12 +311,15 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     # The links first: their processes wait for the fork server's imports, which must not run
     # beside the timings below.
     links = link_figures(cfg) if device.type == "cpu" else {}
+    # The runner's step before any other product runs here: its rank measures what the math
+    # library keeps (workspace_gib), which products run before it would have made already
+    figures = runner_step(cfg)
+    step = figures[STEP_TIME.name]
     measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys_of(device)}
     peaks = {key: peak for key, (peak, _) in measured.items()}
     curves = {key: curve for key, (_, curve) in measured.items()}
     bandwidth = memory_bandwidth(device)
     plain = plain_step_time(cfg)
-    step = runner_step_time(cfg)
     compute = precision_of(job.trainer).compute
     rates = Rates(peaks[compute], curves[compute], bandwidth, Rates.of(job).elem)
     scale = cores / threads if device.type == "cpu" else 1
@@ -324,6 +330,7 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
         CALIBRATE_MATMUL.group: {key: peak * scale for key, peak in peaks.items()},
         "gemm_efficiency": curves,  # lists: in calibration.json, not logged
         CALIBRATE_MEMORY_BANDWIDTH.name: bandwidth * scale,
+        CALIBRATE_WORKSPACE.name: figures.get(WORKSPACE.name, 0.0) * 2**30,
         CALIBRATE_STEP_TIME.name: step,
         # what the runner (Lightning, hooks) adds
         CALIBRATE_STEP_OVERHEAD.name: max(0.0, step - plain),
@@ -380,6 +387,8 @@ peak_tflops:  # the best square product at each precision
 gemm_efficiency:  # [n, share of peak] of n x n x n products
 {curves}
 memory_bandwidth_gbs: {fields["memory_bandwidth_gbs"]:.2f}  # a large copy, read and written
+workspace_mib:  # what the runner's rank held between steps beyond its tensors
+  {m["compute"]}: {fields["workspace_mib"][m["compute"]]:.2f}
 compute_efficiency: {fields["compute_efficiency"]:.4f}  # the plain step's time in matrix products
 step_overhead_s: {fields["step_overhead_s"]:.5f}  # the runner's step less a plain PyTorch loop's
 """ + (link_yaml(m) if "p2p" in m else "")
@@ -401,6 +410,7 @@ def profile(m: Mapping[str, Any]) -> dict[str, Any]:
         "peak_tflops": {k: v / 1e12 for k, v in m[CALIBRATE_MATMUL.group].items()},
         "gemm_efficiency": m["gemm_efficiency"],
         "memory_bandwidth_gbs": m[CALIBRATE_MEMORY_BANDWIDTH.name] / 1e9,
+        "workspace_mib": {m["compute"]: m[CALIBRATE_WORKSPACE.name] / 2**20},
         "compute_efficiency": m[CALIBRATE_PRODUCTS_SHARE.name],
         "step_overhead_s": m[CALIBRATE_STEP_OVERHEAD.name],
     }

@@ -99,7 +99,8 @@ def table(cfg: DictConfig, out: Mapping[str, Any]) -> str:
          + (f" fp32 masters {mem['master_weights']:,.2f}," if mem["master_weights"] else "")
          + (f" 16-bit copies {mem['weight_copies']:,.2f}," if mem["weight_copies"] else "")
          + f" gradients {mem['gradients']:,.2f}, optimizer {mem['optimizer_state']:,.2f},"
-         f" activations {mem['activations']:,.2f}"),
+         f" activations {mem['activations']:,.2f}"
+         + (f", workspace {mem['workspace']:,.2f}" if mem["workspace"] else "")),
         ("bytes / step / rank", ", ".join(f"{d} {size(comm[d])}" for d in shown_dims(comm))
          + _collectives(out[PLAN_COMM_BYTES_BY_COLLECTIVE.group])),
         ("bubble", f"{out[PLAN_BUBBLE.name]:.3f}"),

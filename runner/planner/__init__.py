@@ -40,6 +40,7 @@ from runner.metrics import (
     PLAN_WORLD_SIZE,
     PRED_RING_BYTES,
     STEP_TIME,
+    WORKSPACE,
     prediction,
 )
 from runner.planner.failures import energy_kwh, snapshot_plan
@@ -70,6 +71,7 @@ def predict(job: Job) -> dict[str, float]:
         prediction(MFU.name): mfu(job, time.total_s),
         prediction(PEAK_MEMORY.name): memory["total"],
         prediction(HELD_FOR_BACKWARD.name): memory["activations"],
+        prediction(WORKSPACE.name): memory["workspace"],
     }
     if mesh.world < 2:
         return out

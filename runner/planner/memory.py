@@ -20,15 +20,18 @@ gradients does. Both add one unit's whole gradients twice, as backward makes the
 reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight is
 saved for backward, which freeing the fp32 weight does not free.
 
-The peak follows the step rather than adding every part at once. Weights and optimizer state are
-resident from the first step on. Activations are held from forward until backward frees them
-layer by layer as it makes the gradients, so a step peaks at one of three moments: backward's
-start (every activation in flight, autocast's 16-bit weight copies and the last layer's weight
-gradient, the loss's gradient taking the place of the log-probabilities it frees; with several
-micro-batches also the gradients earlier ones made), backward's end (every gradient), or the
-optimizer's step (every gradient and the optimizer's temporaries: torch's fused AdamW on a GPU
-keeps none; its foreach path, taken by DTensor parameters, one of the rank's parameters; its
-per-tensor path on a CPU, two of the largest tensor's).
+The math library's workspace (hardware.workspace_mib: cuBLAS's on a GPU, the BLAS's packing buffers
+on a CPU) is held from the first product on.
+
+The peak follows the step rather than adding every part at once. Weights, optimizer state and the
+workspace are resident from the first step on. Activations are held from forward until backward
+frees them layer by layer as it makes the gradients, so a step peaks at one of three moments:
+backward's start (every activation in flight, autocast's 16-bit weight copies and the last
+layer's weight gradient, the loss's gradient taking the place of the log-probabilities it frees;
+with several micro-batches also the gradients earlier ones made), backward's end (every
+gradient), or the optimizer's step (every gradient and the optimizer's temporaries: torch's fused
+AdamW on a GPU keeps none; its foreach path, taken by DTensor parameters, one of the rank's
+parameters; its per-tensor path on a CPU, two of the largest tensor's).
 """
 
 from __future__ import annotations
@@ -133,6 +136,7 @@ def peak_gib(job: Job, parts: dict[str, float]) -> float:
     """The largest of backward's start, backward's end and the optimizer's step (the module's
     docstring)."""
     resident = parts["weights"] + parts["master_weights"] + parts["optimizer_state"]
+    resident += parts["workspace"]
     earlier = parts["gradients"] if job.microbatches > 1 else 0.0
     start = resident + parts["weight_copies"] + parts["activations"] + earlier
     start += last_gradient_bytes(job) / GIB
@@ -177,6 +181,7 @@ def held_parts_gib(job: Job) -> dict[str, float]:
         "gradients": params * grad / GIB,
         "optimizer_state": params * optimizer_bytes_per_param(job.trainer.optimizer) / GIB,
         "activations": activation_bytes(job) / GIB,
+        "workspace": workspace_gib(job),
     }
     out |= {part: out[part] * sharded_share(job, n) for part in split}
     # FSDP's shards are the fp32 weights, or, over 16-bit weights, the masters (counted apart)
@@ -189,6 +194,12 @@ def held_parts_gib(job: Job) -> dict[str, float]:
         # a unit's whole gradients as backward makes them, and the reduce-scatter's input
         out["gradients"] += largest_unit(job) * (weight + grad) / GIB
     return out
+
+
+def workspace_gib(job: Job) -> float:
+    """The math library's buffers (hardware.workspace_mib at the precision's compute key): held
+    from the first product on, whatever the layout."""
+    return job.hardware.workspace_mib.get(precision_of(job.trainer).compute, 0.0) / 1024
 
 
 def sharded_share(job: Job, n: int) -> float:

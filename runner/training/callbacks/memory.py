@@ -25,6 +25,7 @@ import ctypes
 import platform
 import re
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,21 @@ def allocated_bytes() -> int | None:
     return info.uordblks + info.hblkhd
 
 
+def local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t  # a DTensor's shard, not the whole
+
+
 def local_bytes(module: nn.Module) -> int:
     """The bytes of the parameters this rank holds (a DTensor's local shard, not the whole)."""
-    tensors = (p.to_local() if hasattr(p, "to_local") else p for p in module.parameters())
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(t.numel() * t.element_size() for t in map(local, module.parameters()))
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """The bytes under `tensors`, each storage once (views share theirs)."""
+    held = {}
+    for t in map(local, tensors):
+        held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(held.values())
 
 
 class PeakMemory:
@@ -88,6 +100,7 @@ class PeakMemory:
         self.top_allocated = 0  # the most in use at a sample
         self.step_base: int | None = None  # in use at this step's start
         self.held: int | None = None  # what the last forward left for its backward
+        self.workspace: int | None = None  # in use between steps beyond the rank's tensors
 
     def start(self, module: nn.Module) -> None:
         if self.cuda:
@@ -131,6 +144,22 @@ class PeakMemory:
         now = self.in_use()
         if now is not None and self.step_base is not None:
             self.held = now - self.step_base
+
+    def beyond_tensors(self, module: nn.Module, optimizers: list[Any]) -> None:
+        """At a step's start: what is in use beyond the rank's weights, gradients and optimizer
+        state (CUDA's or malloc's, as the peak counts it): the math library's buffers."""
+        now = self.in_use()
+        if now is None or (not self.cuda and self.base_allocated is None):
+            return
+        grown = now if self.cuda else now - self.base_allocated + self.held_bytes
+        params = list(module.parameters())
+        state = [t for o in optimizers for s in o.state.values() for t in s.values()]
+        grads = [p.grad for p in params if p.grad is not None]
+        tensors = [t for t in [*params, *grads, *state] if isinstance(t, torch.Tensor)]
+        self.workspace = max(0, grown - storage_bytes(tensors))
+
+    def workspace_gib(self) -> float | None:
+        return None if self.workspace is None else self.workspace / GIB
 
     def held_gib(self) -> float | None:
         return None if self.held is None else self.held / GIB

@@ -47,6 +47,7 @@ from runner.metrics import (
     PROFILED,
     RANKED_TIMES,
     STEP_TIME,
+    WORKSPACE,
     Metric,
     of_rank,
     worst,
@@ -214,12 +215,14 @@ class LoopTiming(pl.Callback):
     def in_step(self) -> bool:
         return bool(self.steps) and not self.steps[-1].end
 
-    def on_train_batch_start(self, *_: Any) -> None:
+    def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         index = len(self.steps)
         if index >= self.warmup_steps and self.profile.wants(index):
             self.profile.start()
         self.steps.append(Step(start=clock.stamp()))
         self.memory.step_started()
+        if index >= 1:  # the first step has run every product once
+            self.memory.beyond_tensors(trainer.lightning_module, trainer.optimizers)
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         step = self.steps[-1]
@@ -249,7 +252,8 @@ class LoopTiming(pl.Callback):
         figures = {LOOP_TIME: fmean(loops)} if loops else {}
         for figure, peak in ((PEAK_MEMORY, self.memory.peak_gib()),
                              (PEAK_ALLOCATED, self.memory.peak_allocated_gib()),
-                             (HELD_FOR_BACKWARD, self.memory.held_gib())):  # fmt: skip
+                             (HELD_FOR_BACKWARD, self.memory.held_gib()),
+                             (WORKSPACE, self.memory.workspace_gib())):  # fmt: skip
             if peak is not None:
                 figures[figure.name] = peak
         figures |= self.profile.summary()
