@@ -46,7 +46,8 @@ SWEEPS = [
     ["parallel=fsdp_tp", "hardware.devices=4", "trainer.precision=bf16-true"],
     ["parallel=pipeline", "hardware.devices=2", "parallel.microbatches=4",
      "trainer.precision=bf16-true"],
-    ["parallel=cp", "hardware.devices=2", "parallel.shard=optimizer", "trainer.precision=bf16-true"],
+    ["parallel=cp", "hardware.devices=2", "parallel.shard=optimizer",
+     "trainer.precision=bf16-true"],
     # autocast over fp32 weights
     ["parallel=none", "trainer.precision=bf16-mixed"],
     ["parallel=data", "hardware.devices=2", "parallel.shard=none,full",
