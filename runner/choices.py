@@ -20,6 +20,9 @@ FP8_RECIPES = ("tensorwise", "rowwise")  # trainer.fp8_recipe: torchao's float8 
 RECOMPUTE = ("none", "full", "selective")
 # parallel.shard: what data-parallel replicas split among themselves (runner/layouts/sharded/)
 SHARDS = ("none", "optimizer", "gradients", "full")
+# parallel.reshard_after_forward: whether ZeRO-3 frees a unit's gathered weights after its forward
+# (torchtitan's fsdp_reshard_after_forward): default = always outside a pipeline, never in one
+RESHARD = ("default", "always", "never")
 EXAMPLES = ("neuron", "backprop")
 ACCELERATORS = ("cpu", "gpu")
 TIERS = ("auto", "intra_node", "inter_node")

@@ -87,6 +87,19 @@ class Job:
             return "gradients"
         return self.parallel.shard
 
+    @property
+    def reshards(self) -> bool:
+        """Whether ZeRO-3 frees each unit's weights after its forward and gathers them again for
+        its backward (parallel.reshard_after_forward; default: outside a pipeline). Under
+        gradient accumulation, then every micro-batch gathers and reduce-scatters."""
+        return reshards_after_forward(self.shard, self.parallel.reshard_after_forward, self.mesh.pp)
+
+
+def reshards_after_forward(level: str, wanted: str, pp: int) -> bool:
+    """ZeRO-3 (`level` full) frees each unit's weights after its forward: parallel.
+    reshard_after_forward `wanted` always, or by default outside a pipeline (torchtitan's)."""
+    return level == "full" and (wanted == "always" or (wanted == "default" and pp == 1))
+
 
 def typed(schema: type[T], node: DictConfig) -> T:
     """The schema's dataclass from a config node (ranks get plain containers, not typed nodes).

@@ -104,6 +104,34 @@ def test_micro_batches_hold_less_memory_as_the_planner_says(tmp_path: Path) -> N
     assert micro["bubble_fraction_measured"] < 0.25
 
 
+@pytest.mark.slow
+def test_zero3_under_micro_batches_equals_one_process_resharding_each_or_keeping(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    """ZeRO-3 with 4 micro-batches: resharding after forward (the default outside a pipeline:
+    each micro-batch gathers, reduce-scatters and frees) or keeping the weights across them, both
+    train as one process does and move what the planner says. Resharding gathers every
+    micro-batch's layers twice and reduce-scatters each micro-batch's gradients: 4 x (2 x the
+    model + its layers again) against keeping's once each (2 x the model)."""
+    job = [*MODELS["decoder"], *COMMON]
+    single = loss_series(store, train(*job))
+    sweep = ["-m", *job, *QUICK, MICRO, "parallel=fsdp", "hardware.devices=2",
+             "parallel.reshard_after_forward=always,never"]  # fmt: skip
+    done = cli(*sweep, f"logger.tracking_uri={store}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = [r for r in all_runs(store) if r.data.params.get("hardware.devices") == "2"]
+    by = {r.data.params["parallel.reshard_after_forward"]: r for r in runs}
+    assert set(by) == {"always", "never"}
+    for run in by.values():
+        assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE)
+        m = run.data.metrics
+        assert m["comm_bytes_per_step/dp"] == m["pred/comm_bytes_per_step/dp"]
+    kept, each = (by[k].data.metrics["comm_bytes_per_step/dp"] for k in ("never", "always"))
+    model = kept / 2  # an all-gather's and a reduce-scatter's payload: the model's fp32 bytes
+    embedding = 4 * 2048 * 32  # the tied embedding (vocabulary x d_model), the root: kept
+    assert each == 4 * (kept + model - embedding)
+
+
 def planned(*overrides: str) -> Job:
     cfg, _ = compose_job("data.batch_size=64", *overrides)
     validate.validate(cfg)

@@ -133,6 +133,16 @@ def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
             "fault.hang_rank",
         ),
         (["dist.timeout_s=0"], "dist.timeout_s"),
+        (["parallel.reshard_after_forward=sometimes"], "parallel.reshard_after_forward"),
+        (
+            [
+                "parallel=pipeline",
+                "hardware.devices=2",
+                "parallel.shard=full",
+                "parallel.reshard_after_forward=always",
+            ],
+            "parallel.reshard_after_forward",
+        ),
         (["fault.disk_full_at_step=7", "checkpoint.every_n_steps=5"], "fault.disk_full_at_step"),
     ],
 )

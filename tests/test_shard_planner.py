@@ -70,12 +70,21 @@ def resolve_calls(*overrides: str) -> float:
     return traffic(job_of(*overrides)).calls["dp"]
 
 
-def test_full_moves_what_gradients_moves_with_several_micro_batches() -> None:
-    accumulate = [*DECODER, "parallel.microbatches=2"]
-    full = plan(job_of(*accumulate, "parallel.shard=full"))
+def test_full_over_micro_batches_moves_each_ones_or_keeps_what_gradients_keeps() -> None:
+    """ZeRO-3 with 2 micro-batches: resharding (the default outside a pipeline) moves one
+    micro-batch's step twice and holds its weights (the root and two blocks of four); keeping
+    moves and holds what ZeRO-2 does."""
+    accumulate = [*DECODER, "model.n_layers=4", "parallel.microbatches=2"]
+    kept = plan(job_of(*accumulate, "parallel.shard=full", "parallel.reshard_after_forward=never"))
     gradients = plan(job_of(*accumulate, "parallel.shard=gradients"))
-    assert full["comm_bytes_by_collective"] == gradients["comm_bytes_by_collective"]
-    assert full["mem_per_device_gib"] == gradients["mem_per_device_gib"]
+    assert kept["comm_bytes_by_collective"] == gradients["comm_bytes_by_collective"]
+    assert kept["mem_per_device_gib"] == gradients["mem_per_device_gib"]
+    each = plan(job_of(*accumulate, "parallel.shard=full"))
+    once = plan(job_of(*DECODER, "model.n_layers=4", "parallel.shard=full"))
+    moved = {k: 2 * v for k, v in once["comm_bytes_by_collective"].items()}
+    assert each["comm_bytes_by_collective"] == moved
+    assert each["mem_per_device_gib"]["weights"] == once["mem_per_device_gib"]["weights"]
+    assert each["mem_per_device_gib"]["weights"] < kept["mem_per_device_gib"]["weights"]
 
 
 def test_training_logs_each_collective_beside_the_dp_total() -> None:

@@ -48,3 +48,10 @@ class ParallelConfig:
     # before use, freed after). One of
     # runner.choices.SHARDS; with dp x cp 1 there is nothing to shard over: it runs as none.
     shard: str = "none"
+    # ZeRO-3 (shard=full) frees each unit's gathered weights after its forward and gathers them
+    # again for its backward: always, or never (kept to the end of backward). Under gradient
+    # accumulation, always runs each micro-batch as FSDP alone would (gathers, reduce-scatters
+    # into the sharded gradients, frees); never keeps the weights and whole gradients across the
+    # micro-batches (fewer gathers, more memory). default: always outside a pipeline, never in
+    # one (torchtitan's). One of runner.choices.RESHARD.
+    reshard_after_forward: str = "default"

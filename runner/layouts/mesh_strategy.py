@@ -26,6 +26,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from runner.cluster import bind_gloo_to_loopback
 from runner.compat.device_mesh import flattened
+from runner.job import reshards_after_forward
 from runner.layouts.context.split import ContextSplit, context_of
 from runner.layouts.data.replicate import Replication
 from runner.layouts.expert.split import ExpertSplit
@@ -54,6 +55,7 @@ class MeshStrategy(DDPStrategy, Layout):
         context: ContextSplit | None = None,  # parallel.cp: the sequence split over the cp ranks
         expert_spec: Any = None,  # parallel.ep: the model's spec, which finds its experts
         policy: MixedPrecisionPolicy | None = None,  # 16-bit weights over fp32 masters: FSDP2's
+        reshard_after_forward: str = "default",  # ZeRO-3's (runner/job.py)
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
@@ -67,7 +69,8 @@ class MeshStrategy(DDPStrategy, Layout):
         # 16-bit weights FSDP2 holds the masters, on one replica too
         level = shard if shape.size("dp") > 1 else "none"
         sharded = level != "none" or policy is not None
-        self.sharding = Sharding(level, units, policy) if sharded else None
+        reshard = reshards_after_forward(level, reshard_after_forward, shape.pp)
+        self.sharding = Sharding(level, units, policy, reshard) if sharded else None
         self.device_mesh: DeviceMesh | None = None
         self.own_group = False  # the process group of one process, made here (setup_distributed)
 
@@ -113,7 +116,7 @@ class MeshStrategy(DDPStrategy, Layout):
         too): sharded, or replicated by DDP; the module itself with one replica (but over
         16-bit weights: FSDP2 over that one)."""
         if self.sharding is not None and self.sharding.shards_model:
-            return self.sharding.apply(module, self.replicas(), self.microbatches)
+            return self.sharding.apply(module, self.replicas())
         if self.shape.size("dp") == 1:
             return module
         others = self.experts.names(module)
@@ -189,6 +192,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
         context=context_of(cfg, mesh),
         expert_spec=spec,
         policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce),
+        reshard_after_forward=cfg.parallel.reshard_after_forward,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

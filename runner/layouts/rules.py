@@ -7,7 +7,7 @@ import sys
 
 from omegaconf import DictConfig, open_dict
 
-from runner.choices import MULTI_STAGE, SCHEDULES, SHARDS
+from runner.choices import MULTI_STAGE, RESHARD, SCHEDULES, SHARDS
 from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
@@ -17,6 +17,13 @@ from runner.models.spec import ModelSpec
 
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
     one_of(cfg.parallel.shard, "parallel.shard", SHARDS)
+    one_of(cfg.parallel.reshard_after_forward, "parallel.reshard_after_forward", RESHARD)
+    require(
+        mesh.pp == 1 or cfg.parallel.reshard_after_forward != "always",
+        "parallel.reshard_after_forward",
+        "always frees the weights between a pipeline's micro-batches, which its stages keep "
+        "(torch's pipelining): use default or never with parallel.pp > 1",
+    )
     if mesh.size("dp") > 1:  # replicas, or their cp ranks, which sum gradients and shard too
         check_data(cfg, mesh)
     if mesh.pp > 1:

@@ -15,9 +15,10 @@ Sharded data parallelism (parallel.shard, n = dp ranks): optimizer splits the op
 the masters) n ways; gradients the gradients too, the weights whole (gathered from forward to the
 end of backward) beside FSDP's shards of them (1/n more); full the weights too: 1/n of them, the
 root's gathered (the decoder's embedding, never resharded) and two layers' (the one computing, the
-one prefetched: the largest two) - with several micro-batches the runtime keeps them gathered as
-gradients does. Both add one unit's whole gradients twice, as backward makes them and as the
-reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight is
+one prefetched: the largest two) - unless it keeps them across micro-batches
+(parallel.reshard_after_forward=never, a pipeline's default): whole, as gradients holds them.
+Both add one unit's whole gradients twice, as backward makes them and as the reduce-scatter copies
+them. The 16-bit copies stay whole: autocast's copy of a gathered weight is
 saved for backward, which freeing the fp32 weight does not free.
 
 The math library's workspace (hardware.workspace_mib: cuBLAS's on a GPU, the BLAS's packing buffers

@@ -19,7 +19,8 @@ Sharded data parallelism (parallel.shard, runner/layouts/sharded/traffic.py): Ze
 all-reduce as DDP's, its broadcast after the step whole; FSDP's gathers before the first layer
 computes (the root's and the first layer's) and its last reduce-scatters (theirs, after
 backward) whole, the rest hidden up to the compute beside them: the first micro-batch's forward
-for forward all-gathers, the last one's backward for backward all-gathers and reduce-scatters.
+for forward all-gathers, the last one's backward for backward all-gathers and reduce-scatters;
+ZeRO-3 resharding under gradient accumulation does all that in every micro-batch, beside each.
 Context parallelism's ring sends keys and values while attention computes on the ones it holds
 (runner/layouts/context/ring.py): its time shows where it outlasts the attention's products,
 forward and backward.
@@ -33,7 +34,7 @@ from typing import Any
 from runner.job import Job
 from runner.layouts.context.traffic import ring_phases
 from runner.layouts.pipeline.traffic import message_bytes, tied_bytes, tied_share
-from runner.layouts.sharded.traffic import Collective, collectives
+from runner.layouts.sharded.traffic import Collective, collectives, rounds
 from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
 from runner.mesh import P2P_DIMS
@@ -329,8 +330,13 @@ def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]
         payload = traffic.by_collective["dp/all_reduce"]
         total = transfer_s(link, calls, wire_bytes("dp", payload, n))
         exposed, hidden = ddp_s(job, total, traffic.tail["dp"], compute, payload)
-    forward = compute * (1 - backward_share(job)) / job.microbatches
-    beside = {"forward": forward, "backward": compute * backward_share(job) / job.microbatches}
+    # What they run beside: one micro-batch's passes, or each micro-batch's (ZeRO-3 resharding
+    # gathers and reduce-scatters in every one)
+    passes = compute * rounds(job) / job.microbatches
+    beside = {
+        "forward": passes * (1 - backward_share(job)),
+        "backward": passes * backward_share(job),
+    }
     for during in ("forward", "backward", "after"):
         mine = [c for c in own if c.during == during]
         total = sum(seconds(c, c.calls, c.payload) for c in mine)

@@ -44,6 +44,7 @@ from runner.layouts.pipeline.stages import (
 )
 from runner.layouts.probes import Schedule, Transfer
 from runner.layouts.process_group import backend, timeout
+from runner.layouts.sharded.accumulation import EachMicrobatchStage
 from runner.layouts.sharded.shard import sixteen_bit
 from runner.layouts.tensor.split import plan_of
 from runner.losses import on_shards
@@ -132,7 +133,9 @@ class PipelineStrategy(MeshStrategy):
         if self.split.sequence:
             examples = stream_split(examples, index == 0, index == n - 1, self.shape.tp)
         received = between if index > 0 else torch.float32  # the first stage reads the data
-        return PipelineStage(
+        # Gradient accumulation under ZeRO-3 resharding: each micro-batch as FSDP2 runs it
+        each = self.sharding is not None and self.sharding.frees and n == 1
+        return (EachMicrobatchStage if each else PipelineStage)(
             self.replicate(part),
             index,
             n,
@@ -264,6 +267,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         units=spec_for(cfg.model).recompute_units,
         context=context_of(cfg, mesh),
         policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce, output=None),
+        reshard_after_forward=p.reshard_after_forward,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

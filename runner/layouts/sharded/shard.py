@@ -9,9 +9,10 @@ with the replicas: torchtitan's dp_shard_cp), by torch's own implementations.
   the decoder's embedding). Gradients are reduce-scattered, and each replica's optimizer steps its
   shard. `full` frees a unit's gathered weights after its forward and gathers them again for its
   backward; `gradients` keeps them from forward to the end of backward. The whole's own weights
-  are kept (backward needs the embedding first). With several micro-batches (a pipeline, gradient
-  accumulation) every unit keeps them as `gradients` does, as torchtitan does: `full` would
-  gather them for every micro-batch's forward and backward.
+  are kept (backward needs the embedding first). With several micro-batches, `full` frees and
+  gathers for each one outside a pipeline (runner/layouts/sharded/accumulation.py), as
+  torchtitan does; a pipeline's stages keep the weights across its micro-batches, as `gradients`
+  does (parallel.reshard_after_forward chooses either).
 Each unit asks for the next one's weights before it runs (prefetch: forward and backward); on a
 CPU the gather runs in gloo's thread beside the rank's compute (`_set_unshard_async_op`).
 """
@@ -58,13 +59,14 @@ def shard_module(
     units: list[nn.Module],
     mesh: DeviceMesh,
     level: str,
-    microbatches: int,
+    reshard: bool,
     policy: MixedPrecisionPolicy | None = None,
 ) -> list[FSDPModule]:
     """FSDP2 over `mesh` (the dp dimension) on `units` (those inside `module`), then `module`, in
-    `policy`'s precision. Returns every FSDP module, the whole last."""
+    `policy`'s precision; at level full, `reshard`: each unit's weights freed after its forward
+    (runner/job.py: reshards_after_forward). Returns every FSDP module, the whole last."""
     inside = [u for u in units if any(u is m for m in module.modules())]
-    free = level == "full" and microbatches == 1
+    free = level == "full" and reshard
     # The units hand each other 16 bits; the whole's output alone comes back in the policy's
     mixed = {"mp_policy": replace(policy, output_dtype=None)} if policy is not None else {}
     for unit in inside:
@@ -133,8 +135,10 @@ class Sharding:
         level: str,
         units: Callable[[nn.Module], list[nn.Module]],
         policy: MixedPrecisionPolicy | None = None,
+        reshard: bool = True,
     ) -> None:
         self.level, self.units, self.policy = level, units, policy
+        self.frees = reshard and level == "full"  # ZeRO-3 frees weights after forward
         self.unit_list: list[nn.Module] = []
         self.fsdp: list[FSDPModule] = []  # every FSDP module made, each stage's whole last
 
@@ -146,11 +150,11 @@ class Sharding:
         """The units of the whole model, before a split or a stage hides what they are."""
         self.unit_list = self.units(model)
 
-    def apply(self, module: nn.Module, replicas: DeviceMesh, microbatches: int) -> nn.Module:
+    def apply(self, module: nn.Module, replicas: DeviceMesh) -> nn.Module:
         """`module` sharded over the replicas (a 1-D mesh: dp, or dp x cp flattened; FSDP2 wraps
-        it in place), for a step of `microbatches` micro-batches."""
+        it in place)."""
         self.fsdp += shard_module(
-            module, self.unit_list, replicas, self.level, microbatches, self.policy
+            module, self.unit_list, replicas, self.level, self.frees, self.policy
         )
         return module
 

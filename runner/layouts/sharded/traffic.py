@@ -9,8 +9,10 @@ of the parameters a rank holds, DDP's payload (a mean over pipeline ranks).
   decoder's blocks, the FFNN's Linear layers) and the stage's root (the rest: the decoder's tied
   embedding on the end stages; a model without units is all root).
 - full (ZeRO-3): as gradients, and every unit but the root (whose weights stay gathered)
-  all-gathered again for backward. With several micro-batches (a pipeline, gradient
-  accumulation) the runtime keeps the weights from forward to backward: as gradients.
+  all-gathered again for backward (parallel.reshard_after_forward, by default outside a
+  pipeline). Under gradient accumulation every micro-batch does all of that: m times the bytes
+  and calls. Kept instead (never; a pipeline's default), the weights stay gathered from the
+  first forward to the last backward, and the step moves what gradients' does.
 
 Payload S as nccl-tests names it: an all-gather's output, a reduce-scatter's input. FSDP pads a
 tensor whose first dimension does not divide by dp; the padding is not counted. Torch-free.
@@ -73,8 +75,13 @@ def units(job: Job, index: int) -> Units:
 
 
 def regathers(job: Job) -> bool:
-    """Whether backward gathers the layers' weights again (ZeRO-3 with one micro-batch)."""
-    return job.shard == "full" and job.microbatches == 1
+    """Whether backward gathers the layers' weights again (ZeRO-3 resharding after forward)."""
+    return job.reshards
+
+
+def rounds(job: Job) -> int:
+    """How many times a step gathers and reduce-scatters: each micro-batch's, resharding."""
+    return job.microbatches if regathers(job) else 1
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,11 @@ class Collective:
     edge_calls: float = 0.0
 
 
-@shared(key=lambda job: stages_key(job, job.shard, regathers(job), precision_of(job.trainer)))
+@shared(
+    key=lambda job: stages_key(
+        job, job.shard, rounds(job), regathers(job), precision_of(job.trainer)
+    )
+)
 def collectives(job: Job) -> list[Collective]:
     """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py).
     Weights are gathered in what layers compute with, gradients scattered in what they are
@@ -101,11 +112,11 @@ def collectives(job: Job) -> list[Collective]:
         return []
     if shard == "optimizer":
         return zero_one_broadcast(job)  # over 16-bit weights ZeRO-1 runs as FSDP (Job.shard)
-    stages = [units(job, i) for i in range(len(job.stages))]
-    total = sum(u.total for u in stages) / pp
-    calls = sum(u.calls for u in stages) / pp
-    edge = fmean(u.edge for u in stages)  # one stage's: a rank starts one first
-    edge_calls = fmean(u.edge_calls for u in stages)
+    stages, m = [units(job, i) for i in range(len(job.stages))], rounds(job)
+    total = sum(u.total for u in stages) / pp * m
+    calls = sum(u.calls for u in stages) / pp * m
+    edge = fmean(u.edge for u in stages) * m  # one stage's: a rank starts one first
+    edge_calls = fmean(u.edge_calls for u in stages) * m
     out = [
         Collective("all_gather", "forward", total * gather, calls, edge * gather, edge_calls),
         Collective(
@@ -113,8 +124,8 @@ def collectives(job: Job) -> list[Collective]:
         ),
     ]
     if regathers(job):  # every layer again, the root's weights kept
-        again = sum(u.inner for u in stages) * gather / pp
-        layers = sum(len(u.layers) for u in stages) / pp
+        again = sum(u.inner for u in stages) * gather / pp * m
+        layers = sum(len(u.layers) for u in stages) / pp * m
         out.append(Collective("all_gather", "backward", again, layers))
     return out
 
