@@ -9,7 +9,7 @@ Each row is planned as published: its GPUs, TP, PP, CP, virtual stages and globa
 `h100_cluster` with `trainer.precision=fp8` (16-bit weights over fp32 masters, the blocks'
 linear layers in float8: tensorwise scaling is current scaling), FSDP over the replicas where the
 row says FSDP (8B), Megatron's distributed optimizer otherwise (`parallel.shard=optimizer`),
-sequence parallelism beside TP where this runner's rules allow it (not beside CP), the
+sequence parallelism beside TP (and CP, as Megatron's), the
 interleaved schedule, no recomputation (Megatron-Bridge's performance recipes recompute nothing
 for these). The models as `model=decoder` takes them: grouped-query attention with 8 key/value
 heads, SwiGLU's three f-wide matrices as a ReLU FFN 1.5 f wide (the same weights and products),
@@ -93,7 +93,7 @@ def overrides(row: BridgeRow) -> list[str]:
         f"data.batch_size={row.batch}", f"parallel.tp={row.tp}", f"parallel.pp={row.pp}",
         f"parallel.cp={row.cp}", f"parallel.dp={dp}", f"parallel.microbatches={row.batch // dp}",
         f"parallel.shard={'full' if row.fsdp else 'optimizer'}",
-        f"parallel.sequence_parallel={row.tp > 1 and row.cp == 1}",
+        f"parallel.sequence_parallel={row.tp > 1}",
         "trainer.precision=fp8", "trainer.recompute=none",
         *(interleaved if row.pp > 1 else []),
     ]  # fmt: skip

@@ -195,10 +195,9 @@ def h100_table() -> tuple[str, list[float]]:
 
 def sixteen_bit(row: H100Row) -> list[str]:
     """A row as large runs hold it: 16-bit weights over fp32 masters, and Megatron's sequence
-    parallelism where this runner's rules allow it (not with cp: parallel.sequence_parallel)."""
+    parallelism beside its tp (and its cp)."""
     precision = [o for o in h100_overrides(row) if not o.startswith("trainer.precision=")]
-    sp = row.cp == 1
-    return [*precision, "trainer.precision=bf16-true", f"parallel.sequence_parallel={sp}"]
+    return [*precision, "trainer.precision=bf16-true", "parallel.sequence_parallel=true"]
 
 
 def h100_memory_table() -> str:
@@ -212,7 +211,7 @@ def h100_memory_table() -> str:
         mem = plan(resolve_job(cfg))["mem_per_device_gib"]
         cells = " | ".join(f"{mem[n]:.1f}" for n in names)
         lines.append(f"| {row.gpus:,} | {row.tp} x {row.cp} x {row.pp} x {row.dp} | "
-                     f"{'yes' if row.cp == 1 else 'no'} | {cells} | "
+                     f"yes | {cells} | "
                      f"{'yes' if mem['total'] <= 80 else 'no'} |")  # fmt: skip
     return "\n".join(lines)
 

@@ -27,7 +27,11 @@ LAYOUTS = {  # the layout's overrides -> the dimensions whose bytes it counts
     "dp=2 x cp=2": (["parallel=dp_cp"], {"dp", "cp"}),
     # FSDP2 shards over the replicas and their cp ranks, which sum gradients together
     "dp=2 x cp=2, sharded": (["parallel=dp_cp", "parallel.shard=full"], {"dp", "cp"}),
-    "cp=2 x tp=2": (["parallel=cp", "parallel.tp=2", "hardware.devices=4"], {"dp", "cp", "tp"}),
+    # sequence parallelism splits each cp rank's positions over its tp ranks (Megatron-LM's)
+    "cp=2 x tp=2 + sp": (
+        ["parallel=cp", "parallel.tp=2", "parallel.sequence_parallel=true", "hardware.devices=4"],
+        {"dp", "cp", "tp", "sp"},
+    ),
     "pp=2 x cp=2": (["parallel=cp", "parallel.pp=2", "hardware.devices=4"], {"dp", "cp", "pp"}),
     # the ring runs its forward once more, in backward; selective keeps DTensor's sums, not the
     # ring's sends: the same bytes

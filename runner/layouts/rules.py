@@ -212,11 +212,6 @@ def check_context(cfg: DictConfig, mesh: Mesh) -> None:
         f"{seq} positions do not split into 2 x cp = {2 * mesh.cp} equal chunks (two per "
         f"context-parallel rank, for the causal mask's balance)",
     )
-    require(
-        not cfg.parallel.sequence_parallel,
-        "parallel.sequence_parallel",
-        "splits the sequence over the tp ranks, and parallel.cp already splits it: use one",
-    )
     if cfg.mode == "train":
         require(
             not cfg.trainer.compile,

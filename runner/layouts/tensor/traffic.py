@@ -15,7 +15,9 @@ all-gather's and a reduce-scatter's each), at the same precisions; tp keeps the 
 the all-reduces of the gradients of weights that stay whole (the norms'). Recomputed, each block's
 forward gathers and scatters again: its 2 all-reduces' payload twice; with selective recomputation
 it gathers again only (what it would keep is t times each rank's positions). With context
-parallelism a rank's activations are its s/cp positions': a cp-th of each payload."""
+parallelism a rank's activations are its s/cp positions': a cp-th of each payload (sequence
+parallelism splits those s/cp over the tp ranks, as Megatron-LM's does beside its cp), but the
+norms' weights' gradients, whole."""
 
 from __future__ import annotations
 
@@ -33,9 +35,12 @@ def traffic(job: Job) -> Traffic:
     precision = precision_of(job.trainer)
     forward, stream = precision.activation_bytes, precision.stream_bytes
     elem = (forward + spec.between_layers_bytes(forward, stream)) / 2
+    # A cp rank's positions' share of what scales with positions (the norms' weights do not)
+    norms = 0.0
     if job.sequence:  # the blocks' all-reduces become sequence parallelism's (sp)
         elements, calls = spec.sp_tp_traffic(job.model, micro)
-        payload = elements * precision.weight_bytes  # the norms' gradients, as autograd makes them
+        norms = elements * precision.weight_bytes  # the norms' gradients, as autograd makes them
+        payload = 0.0
     else:
         elements, calls = spec.tp_traffic(job.model, job.data, samples, job.stages, micro)
         payload = elements * elem
@@ -62,5 +67,5 @@ def traffic(job: Job) -> Traffic:
             job.model, job.data, samples, job.stages, micro, "full"
         )
         sp, sp_calls = sp + gathered * stream, sp_calls + gathered_calls
-    per_rank = {"tp": payload, "sp": sp}, {"tp": calls, "sp": sp_calls}
+    per_rank = {"tp": payload / mesh.cp + norms, "sp": sp / mesh.cp}, {"tp": calls, "sp": sp_calls}
     return Traffic(*({d: v / mesh.pp for d, v in part.items()} for part in per_rank))
