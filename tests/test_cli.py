@@ -125,8 +125,8 @@ BAD = [
     (["parallel=dp_tp", "hardware.devices=2"], "dp x pp x tp = dp=2 x pp=1 x tp=2 = 4"),
     (["trainer.precision=fp4"], "32-true, bf16-mixed, 16-mixed, bf16-true, fp8"),
     (
-        ["model=moe", "parallel=ep", "trainer.precision=bf16-true"],
-        "trainer.precision: bf16-true with parallel.ep",
+        ["model=moe", "parallel=ep", "trainer.precision=bf16-true", "checkpoint.every_n_steps=5"],
+        "checkpoint.every_n_steps: snapshots of experts sharded",
     ),
     (
         ["trainer.precision=bf16-true", "parallel=data", "hardware.devices=2"],
@@ -176,14 +176,14 @@ BAD = [
         "parallel: dp x pp x",
     ),
     (
-        ["parallel=tp_sp", "parallel.cp=2"],
-        "parallel.sequence_parallel: splits the sequence over the",
+        ["parallel=fsdp", "parallel.pp=2", "parallel.reshard_after_forward=always"],
+        "parallel.reshard_after_forward: always frees the weights between",
     ),
     # Expert parallelism places a mixture of experts' experts over data-parallel ranks
     (["parallel=ep"], "parallel.ep: this model has no experts"),
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
-    (["model=moe", "parallel=ep", "parallel.shard=full"], "parallel.shard: shards the replic"),
+    (["model=moe", "parallel=ep", "parallel.shard=optimizer"], "parallel.shard: optimizer (torc"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
     (["hardware.emulated_linear_ms=0"], "hardware.emulated_linear_ms: must be positive or null"),

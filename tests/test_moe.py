@@ -120,8 +120,12 @@ EP_JOB = ["model=moe", "model.d_model=32", "model.n_layers=2", "model.dropout=0"
           "data.batch_size=8"]  # fmt: skip
 EP_LAYOUTS = {  # capacity 2 = n_experts / top_k: no token dropped, routing as one process's
     "dp=2 x ep=2": (["parallel=ep"], {"dp", "ep"}),
-    # the forward's dispatch and combine run again in backward
-    "dp=2 x ep=2, full recomputation": (["parallel=ep", "trainer.recompute=full"], {"dp", "ep"}),
+    # the forward's dispatch and combine run again in backward; ZeRO-3 shards the experts over
+    # the ranks holding the same ones (here none besides: they gather nothing), the rest over dp
+    "dp=2 x ep=2, ZeRO-3, full recomputation": (
+        ["parallel=ep", "parallel.shard=full", "trainer.recompute=full"],
+        {"dp", "ep"},
+    ),
     # selective keeps DTensor's sums, not the all-to-alls: they run again too
     "dp=2 x ep=2, selective": (["parallel=ep", "trainer.recompute=selective"], {"dp", "ep"}),
     # the experts' replicas (dp / ep = 2 of each) all-reduce their gradients: dp's bytes

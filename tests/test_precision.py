@@ -145,6 +145,28 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
 
 
 @pytest.mark.slow
+def test_bf16_true_under_expert_parallelism_equals_one_process_in_bf16_true(
+    store: str, tmp_path: Path, cli: Cli
+) -> None:
+    """dp 4 x ep 2 over 16-bit weights: FSDP2 shards each block's experts over the 2 ranks that
+    hold the same ones and the rest over all 4 (torchtitan's way). The experts' gradients are
+    summed over their 2 and divided by 4, as the mean divides the rest: one process's losses,
+    every byte as planned. Capacity 2 = n_experts / top_k: no token dropped, no padding."""
+    job = ["model=moe", "model.d_model=32", "model.n_layers=2", "model.dropout=0",
+           "model.capacity_factor=2", "model.context_len=32", *COMMON]  # fmt: skip
+    single = loss_series(store, train(*job, TRUE))
+    layout = ["parallel=ep", "parallel.dp=4", "parallel.shard=optimizer"]
+    done = cli(*job, *QUICK, TRUE, *layout, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "4"]
+    assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
+    m = run.data.metrics
+    moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
+    assert {"comm_bytes_per_step/dp", "comm_bytes_per_step/ep"} <= moved
+    assert all(m[k] == m[f"pred/{k}"] for k in moved)
+
+
+@pytest.mark.slow
 def test_fp8_sharded_equals_one_process_in_fp8_and_moves_bf16_true_bytes(
     store: str, tmp_path: Path, cli: Cli
 ) -> None:

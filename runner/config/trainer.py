@@ -111,13 +111,6 @@ def check_sixteen_bit(t: Any, p: Any, mesh: Mesh, mode: str, accelerator: str) -
     key, name = "trainer.precision", t.precision
     require(mode == "train", key, f"{name}: mode=calibrate measures 32-true and bf16-mixed loops")
     require(
-        mesh.ep == 1,
-        key,
-        f"{name} with parallel.ep: expert parallelism sums the experts' gradients outside FSDP2 "
-        f"(parallel.shard none), and {name} keeps its masters in FSDP2's shards; mode=plan "
-        "prices it, bf16-mixed trains it",
-    )
-    require(
         p.shard != "none" or mesh.size("dp") == 1,
         "parallel.shard",
         f"none, but {name}'s replicas (and their cp ranks) keep their fp32 masters in FSDP2's "

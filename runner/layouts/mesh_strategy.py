@@ -116,7 +116,8 @@ class MeshStrategy(DDPStrategy, Layout):
         too): sharded, or replicated by DDP; the module itself with one replica (but over
         16-bit weights: FSDP2 over that one)."""
         if self.sharding is not None and self.sharding.shards_model:
-            return self.sharding.apply(module, self.replicas())
+            experts = self.experts.sharded(module, self.root_device.type)
+            return self.sharding.apply(module, self.replicas(), experts)
         if self.shape.size("dp") == 1:
             return module
         others = self.experts.names(module)

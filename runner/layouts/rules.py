@@ -13,6 +13,7 @@ from runner.mesh import Mesh
 from runner.models.registry import spec_for
 from runner.models.sizes import pipeline_layers, stage_layers
 from runner.models.spec import ModelSpec
+from runner.precision import precision_of
 
 
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
@@ -234,9 +235,16 @@ def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
         f"its ranks are data-parallel ones: {ep} does not divide parallel.dp={mesh.dp}",
     )
     if cfg.mode == "train":
-        require(  # a plan shards the rest (runner/job.py: Job.shard)
-            cfg.parallel.shard == "none",
+        masters = precision_of(cfg.trainer).masters  # ZeRO-1 runs as FSDP2 there (Job.shard)
+        require(
+            cfg.parallel.shard != "optimizer" or masters,
             "parallel.shard",
-            "shards the replicas' state when training, and parallel.ep places the experts over "
-            "the replicas: use none",
+            "optimizer (torch's ZeroRedundancyOptimizer) broadcasts each weight to every replica, "
+            "and parallel.ep places other experts on each: use none, gradients or full",
+        )
+        require(
+            cfg.checkpoint.every_n_steps == 0 or (cfg.parallel.shard == "none" and not masters),
+            "checkpoint.every_n_steps",
+            "snapshots of experts sharded by FSDP2 over their replicas are not written here: "
+            "set 0, or parallel.shard=none with 32-true or bf16-mixed",
         )

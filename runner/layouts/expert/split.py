@@ -6,7 +6,9 @@ The rest of the model is replicated as data parallelism replicates it, DDP avera
 gradients over dp (and cp). The experts are not DDP's: a rank's experts saw the tokens of its
 whole ep group through the all-to-all, so their gradients are already that group's sum; summed
 over the other groups' replicas of the same experts (dp / ep of them, with their cp ranks) and
-divided by dp x cp, they are the mean DDP gives the rest, one all-reduce a step.
+divided by dp x cp, they are the mean DDP gives the rest, one all-reduce a step. Under sharded
+data parallelism FSDP2 does that sum instead: each block's experts are sharded over those
+replicas first, the rest over every replica (`sharded`, as torchtitan does).
 
 A snapshot sees a rank's experts as its part of the whole stack, a DTensor split on the experts'
 dimension over the ep group (`shards`): any placement, or none, reads it back."""
@@ -28,6 +30,7 @@ from runner.layouts.expert import exchange
 from runner.layouts.expert.exchange import ExpertExchange
 from runner.layouts.layout import LocalShard
 from runner.layouts.probes import Recorder, Transfer
+from runner.layouts.sharded.shard import Nested
 from runner.mesh import Mesh
 
 
@@ -51,6 +54,7 @@ class ExpertSplit:
         self.record: Recorder | None = None
         self.group: dist.ProcessGroup | None = None  # this rank's ep group, and its index in it
         self.index = 0
+        self.by_fsdp = False  # FSDP2 shards the experts over their replicas and sums them
 
     def apply(self, module: nn.Module, global_rank: int) -> nn.Module:
         """`module`'s experts cut to this rank's; itself with one ep rank."""
@@ -68,6 +72,19 @@ class ExpertSplit:
                 self.held.append((experts, name, local))
             block.exchange = ExpertExchange(experts, group, self.ep)
         return module
+
+    def sharded(self, module: nn.Module, device_type: str) -> Nested | None:
+        """Under sharded data parallelism: `module`'s experts, to shard over the ranks holding
+        the same ones (dp / ep of them, with their cp ranks), as torchtitan does; FSDP2 sums
+        their gradients there, divided by dp x cp as DDP's mean divides the rest (the module's
+        docstring). None with one ep rank: they are the replicas' like any weight."""
+        if self.ep == 1:
+            return None
+        self.by_fsdp = True
+        ranks = dist.get_process_group_ranks(self.replicas)
+        mesh = DeviceMesh.from_group(self.replicas, device_type, mesh=ranks)
+        modules = [block.experts for block in self.spec.expert_layers(module)]
+        return Nested(modules, mesh, self.shape.size("dp"))
 
     def shards(self, device_type: str) -> list[LocalShard]:
         """This rank's experts as shards of the whole stacks: split on their first dimension
@@ -108,7 +125,7 @@ class ExpertSplit:
     def sync(self) -> None:
         """The experts' gradients: summed over their replicas, divided as DDP divides the rest."""
         grads = [p.grad for p in self.params if p.grad is not None]
-        if not grads:
+        if not grads or self.by_fsdp:
             return
         flat = torch.cat([g.flatten() for g in grads])
         if dist.get_world_size(self.replicas) > 1:

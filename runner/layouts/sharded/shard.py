@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -54,6 +54,17 @@ def sixteen_bit(
     )
 
 
+@dataclass(frozen=True)
+class Nested:
+    """Modules inside the units sharded over a mesh of their own first (a mixture of experts'
+    experts, over the ranks that hold the same ones), their gradients' sum divided by
+    `divide` (FSDP2 would divide by their mesh's size)."""
+
+    modules: list[nn.Module]
+    mesh: DeviceMesh
+    divide: int
+
+
 def shard_module(
     module: nn.Module,
     units: list[nn.Module],
@@ -61,6 +72,7 @@ def shard_module(
     level: str,
     reshard: bool,
     policy: MixedPrecisionPolicy | None = None,
+    nested: Nested | None = None,
 ) -> list[FSDPModule]:
     """FSDP2 over `mesh` (the dp dimension) on `units` (those inside `module`), then `module`, in
     `policy`'s precision; at level full, `reshard`: each unit's weights freed after its forward
@@ -69,6 +81,16 @@ def shard_module(
     free = level == "full" and reshard
     # The units hand each other 16 bits; the whole's output alone comes back in the policy's
     mixed = {"mp_policy": replace(policy, output_dtype=None)} if policy is not None else {}
+    own = (
+        []
+        if nested is None
+        else [m for m in nested.modules if any(m is x for x in module.modules())]
+    )
+    for inner in own:  # before their units: FSDP2 leaves a nested FSDP module's weights to it
+        fully_shard(inner, mesh=nested.mesh, reshard_after_forward=free, **mixed)
+        inner.set_gradient_divide_factor(nested.divide)
+        # gloo has no pre-multiplied sum: divide apart, then sum
+        inner.set_force_sum_reduction_for_comms(nested.mesh.device_type == "cpu")
     for unit in inside:
         fully_shard(unit, mesh=mesh, reshard_after_forward=free, **mixed)
     whole = {"mp_policy": policy} if policy is not None else {}
@@ -82,7 +104,7 @@ def shard_module(
         # forwards lengthen: the first backward after one gathered a unit twice.
         inside[0].set_modules_to_backward_prefetch([module])  # type: ignore[list-item]
     gather_beside_compute(module)
-    return [*inside, module]  # type: ignore[list-item]
+    return [*own, *inside, module]  # type: ignore[list-item]
 
 
 def gather_beside_compute(module: nn.Module) -> None:
@@ -150,11 +172,13 @@ class Sharding:
         """The units of the whole model, before a split or a stage hides what they are."""
         self.unit_list = self.units(model)
 
-    def apply(self, module: nn.Module, replicas: DeviceMesh) -> nn.Module:
+    def apply(
+        self, module: nn.Module, replicas: DeviceMesh, nested: Nested | None = None
+    ) -> nn.Module:
         """`module` sharded over the replicas (a 1-D mesh: dp, or dp x cp flattened; FSDP2 wraps
-        it in place)."""
+        it in place), `nested`'s modules over their own mesh."""
         self.fsdp += shard_module(
-            module, self.unit_list, replicas, self.level, self.frees, self.policy
+            module, self.unit_list, replicas, self.level, self.frees, self.policy, nested
         )
         return module
 

@@ -34,15 +34,24 @@ from runner.precision import PARAM_BYTES, precision_of
 class Units:
     """One stage's FSDP units on one tensor-parallel rank, in parameters: the root's own, all the
     layers', and each layer's alone, in forward order (a tensor-parallel FFNN pair's layer counts
-    whole alone: an upper bound, used for the edge and the largest unit only)."""
+    whole alone: an upper bound, used for the edge and the largest unit only). Under expert
+    parallelism each block's experts are a unit of their own, sharded over the ranks holding the
+    same ones; with one such rank they move nothing (`quiet`, and `quiet_units` of them)."""
 
     root: int
     inner: int
     layers: list[int]
+    quiet: int = 0
+    quiet_units: int = 0
 
     @property
     def total(self) -> int:
         return self.root + self.inner
+
+    @property
+    def moved(self) -> int:
+        """What the units' collectives carry."""
+        return self.total - self.quiet
 
     @property
     def edge(self) -> int:
@@ -56,22 +65,35 @@ class Units:
 
     @property
     def calls(self) -> int:
-        """One collective per unit that holds parameters."""
-        return (self.root > 0) + len(self.layers)
+        """One collective per unit that holds parameters and shares them."""
+        return (self.root > 0) + len(self.layers) - self.quiet_units
 
 
 @shared(key=stage_key)
 def units(job: Job, index: int) -> Units:
     """Stage `index`'s units. The root is what the stage holds beyond its layers (what `ends`
     adds: the decoder's tied embedding), or everything for a model without units."""
-    spec, m, tp, vocab_tp = job.spec, job.model, job.mesh.tp, job.vocab_tp
+    spec, m, mesh, vocab_tp = job.spec, job.model, job.mesh, job.vocab_tp
     layers, last = job.stages[index], len(job.stages) - 1
-    whole = sum(spec.stage_tensors(m, layers, index in (0, last), tp, vocab_tp))
+    placed = {"ep": mesh.ep} if spec.experts else {}
+
+    def params(span: range, ends: bool = False, **only: bool) -> int:
+        return sum(spec.stage_tensors(m, span, ends, mesh.tp, vocab_tp, **placed, **only))
+
+    whole = params(layers, index in (0, last))
     if type(spec).recompute_units is ModelSpec.recompute_units:  # no units: all root
         return Units(whole, 0, [])
-    inner = sum(spec.stage_tensors(m, layers, False, tp, vocab_tp))
-    alone = [sum(spec.stage_tensors(m, range(i, i + 1), False, tp, vocab_tp)) for i in layers]
-    return Units(whole - inner, inner, alone)
+    inner = params(layers)
+    if mesh.ep == 1:
+        return Units(whole - inner, inner, [params(range(i, i + 1)) for i in layers])
+    alone, experts = [], []  # each block without its experts, then its experts
+    for i in layers:
+        block = params(range(i, i + 1), experts=False)
+        experts.append(params(range(i, i + 1)) - block)
+        alone += [block, experts[-1]]
+    alone_ranks = mesh.size("dp") // mesh.ep == 1  # their replicas: none to gather from
+    quiet = sum(experts) if alone_ranks else 0
+    return Units(whole - inner, inner, alone, quiet, len(experts) if alone_ranks else 0)
 
 
 def regathers(job: Job) -> bool:
@@ -113,7 +135,7 @@ def collectives(job: Job) -> list[Collective]:
     if shard == "optimizer":
         return zero_one_broadcast(job)  # over 16-bit weights ZeRO-1 runs as FSDP (Job.shard)
     stages, m = [units(job, i) for i in range(len(job.stages))], rounds(job)
-    total = sum(u.total for u in stages) / pp * m
+    total = sum(u.moved for u in stages) / pp * m
     calls = sum(u.calls for u in stages) / pp * m
     edge = fmean(u.edge for u in stages) * m  # one stage's: a rank starts one first
     edge_calls = fmean(u.edge_calls for u in stages) * m
@@ -124,8 +146,8 @@ def collectives(job: Job) -> list[Collective]:
         ),
     ]
     if regathers(job):  # every layer again, the root's weights kept
-        again = sum(u.inner for u in stages) * gather / pp * m
-        layers = sum(len(u.layers) for u in stages) / pp * m
+        again = sum(u.inner - u.quiet for u in stages) * gather / pp * m
+        layers = sum(len(u.layers) - u.quiet_units for u in stages) / pp * m
         out.append(Collective("all_gather", "backward", again, layers))
     return out
 
