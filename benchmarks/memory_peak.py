@@ -48,6 +48,8 @@ SWEEPS = [
      "trainer.precision=bf16-true"],
     ["parallel=cp", "hardware.devices=2", "parallel.shard=optimizer",
      "trainer.precision=bf16-true"],
+    ["model=moe", "parallel=ep", "hardware.devices=2", "parallel.shard=optimizer",
+     "trainer.precision=bf16-true"],
     # autocast over fp32 weights
     ["parallel=none", "trainer.precision=bf16-mixed"],
     ["parallel=data", "hardware.devices=2", "parallel.shard=none,full",

@@ -57,14 +57,16 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
     decoder = [*DECODER, *COMMON]
     single = loss_series(store, train(*decoder, BF16))
     assert single != loss_series(store, train(*decoder))  # autocast changed the arithmetic
+    # dp x pp and pp x tp in bf16-mixed: their parts here, the FFNN's pp x tp below, and both
+    # meshes over 16-bit weights (fsdp_3d's parts) in the bf16-true test
     for job, presets in (
         ([*decoder, "hardware.devices=2"], "data,tensor,tp_sp,cp,pipeline"),
-        (decoder, "dp_tp,dp_pp,pp_tp"),
+        (decoder, "dp_tp"),
     ):
         done = cli("-m", *job, *QUICK, BF16, f"parallel={presets}", cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
     runs = [r for r in all_runs(store) if r.data.tags.get("world_size", "1") != "1"]
-    assert len(runs) == 8
+    assert len(runs) == 6
     for run in runs:
         m, layout = run.data.metrics, run.data.tags["parallel"]
         layout += " + sp" if run.data.params["parallel.sequence_parallel"] == "True" else ""
