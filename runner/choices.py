@@ -23,6 +23,9 @@ SHARDS = ("none", "optimizer", "gradients", "full")
 # parallel.reshard_after_forward: whether ZeRO-3 frees a unit's gathered weights after its forward
 # (torchtitan's fsdp_reshard_after_forward): default = always outside a pipeline, never in one
 RESHARD = ("default", "always", "never")
+# parallel.param_gather: when the distributed optimizer (ZeRO-1/2 on FSDP2) gathers the updated
+# weights: overlapping the next forward, or right after the step (Megatron-LM's default)
+PARAM_GATHER = ("forward", "step")
 EXAMPLES = ("neuron", "backprop")
 ACCELERATORS = ("cpu", "gpu")
 TIERS = ("auto", "intra_node", "inter_node")

@@ -88,6 +88,12 @@ class Job:
         return self.parallel.shard
 
     @property
+    def gathers_after_step(self) -> bool:
+        """The distributed optimizer gathers the updated weights right after its step
+        (parallel.param_gather=step), not as the next forward reaches them."""
+        return self.shard == "gradients" and self.parallel.param_gather == "step"
+
+    @property
     def reshards(self) -> bool:
         """Whether ZeRO-3 frees each unit's weights after its forward and gathers them again for
         its backward (parallel.reshard_after_forward; default: outside a pipeline). Under

@@ -135,6 +135,10 @@ def test_schema_refuses_wrong_types_and_unknown_keys(override: str) -> None:
         (["dist.timeout_s=0"], "dist.timeout_s"),
         (["parallel.reshard_after_forward=sometimes"], "parallel.reshard_after_forward"),
         (
+            ["parallel=fsdp", "hardware.devices=2", "parallel.param_gather=step"],
+            "parallel.param_gather",
+        ),
+        (
             [
                 "parallel=pipeline",
                 "hardware.devices=2",

@@ -2,11 +2,13 @@
 in bf16-mixed and moves the bytes the planner says; compiling changes no loss; every run logs its
 peak memory and MFU beside the planner's."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from runner import validate as validate_module
 from runner.autocast import ACTIVATIONS
@@ -111,6 +113,14 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
         [*decoder, "hardware.devices=2", "parallel=fsdp,tp_sp,pipeline"],
         [*decoder, "hardware.devices=2", "parallel=cp", "parallel.shard=full", HALF_REDUCE],
         [*decoder, "parallel=fsdp_tp"],
+        # Megatron's distributed optimizer gathering the updated weights right after its step
+        [
+            *decoder,
+            "hardware.devices=2",
+            "parallel=data",
+            "parallel.shard=optimizer",
+            "parallel.param_gather=step",
+        ],
     ):
         done = cli("-m", *job, *QUICK, TRUE, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -119,7 +129,7 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
         for r in all_runs(store)
         if r.data.tags.get("world_size", "1") != "1"
     }
-    assert len(runs) == 5
+    assert len(runs) == 6
     for layout, run in runs.items():
         m = run.data.metrics
         assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
@@ -144,6 +154,23 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
     tied, _ = tied_share(job_of(*pipeline))
     sent = fp32_prediction(*pipeline)[f"pred/{pp}"] - tied
     assert tied > 0 and runs["pipeline", "none"].data.metrics[pp] == sent / 2 + tied
+    # gathered right after the step: every all-gather of a step (but the first's) follows its
+    # optimizer's span, each unit's bf16 weights once, as gathering behind the next forward does
+    after = runs["data", "optimizer"]
+    zero2 = [*decoder, "hardware.devices=2", "parallel=data", "parallel.shard=gradients"]
+    assert after.data.metrics[gather] == fp32_prediction(*zero2)[f"pred/{gather}"] / 2
+    client = MlflowClient(store)
+    trace = client.download_artifacts(after.info.run_id, "timeline.trace.json", str(tmp_path))
+    spans = sorted(
+        (e for e in json.loads(Path(trace).read_text())["traceEvents"]
+         if e.get("ph") == "X" and e["tid"] == 0),
+        key=lambda e: e["ts"],
+    )  # fmt: skip
+    names = [e["name"] for e in spans]
+    steps = [i for i, n in enumerate(names) if n == "forward"]
+    for start, end in zip(steps[1:], [*steps[2:], len(names)], strict=True):
+        step = names[start:end]
+        assert "dp all-gather" in step and "dp all-gather" not in step[: step.index("optimizer")]
 
 
 @pytest.mark.slow

@@ -104,14 +104,17 @@ def test_the_pareto_front_has_no_layout_faster_and_smaller() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("row", [TABLE_1[0], TABLE_1[5]], ids=lambda r: f"{r.params_b}B")
 def test_megatron_lms_published_mesh_is_among_the_best_5_percent(row) -> None:
-    """Narayanan et al. 2021, Table 1: the published t x p x d among the meshes that fit (each at
-    its best layout), no more than 5 % of them planned faster; the default grid (benchmarks/
-    search.py has every row)."""
+    """Narayanan et al. 2021, Table 1: the published t x p x d, at its best layout, plans within
+    5 % of the fastest layout of the default grid (benchmarks/search.py has every row). Not its
+    rank among the meshes that fit: how many fit moves with what the grid holds (context
+    parallelism beside sequence parallelism fits 100 more here, 3 of them ahead)."""
     args = [o for o in overrides(row) if not o.startswith(("parallel.", "mode="))]
     fitting = ranked(searched(*args).priced, "time")
-    meshes = list(dict.fromkeys((p.layout.dp, p.layout.pp, p.layout.tp) for p in fitting))
-    ahead = meshes.index((row.gpus // (row.tp * row.pp), row.pp, row.tp))  # meshes planned faster
-    assert ahead / len(meshes) <= 0.05, (ahead, len(meshes))
+    published = (row.gpus // (row.tp * row.pp), 1, row.pp, row.tp)
+    (mine, *_) = [
+        p for p in fitting if (p.layout.dp, p.layout.cp, p.layout.pp, p.layout.tp) == published
+    ]
+    assert mine.step_time_s <= 1.05 * fitting[0].step_time_s, (mine.layout, fitting[0].layout)
 
 
 @pytest.mark.slow

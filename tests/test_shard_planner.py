@@ -6,6 +6,7 @@ import pytest
 
 from runner import validate
 from runner.job import resolve_job
+from runner.metrics import PLAN_STEP_TIME
 from runner.planner import plan, predict
 from runner.planner.hardware import tier, transfer_s
 from runner.planner.memory import GIB
@@ -85,6 +86,17 @@ def test_full_over_micro_batches_moves_each_ones_or_keeps_what_gradients_keeps()
     assert each["comm_bytes_by_collective"] == moved
     assert each["mem_per_device_gib"]["weights"] == once["mem_per_device_gib"]["weights"]
     assert each["mem_per_device_gib"]["weights"] < kept["mem_per_device_gib"]["weights"]
+
+
+def test_gathering_after_the_step_moves_the_same_bytes_with_nothing_beside_them() -> None:
+    """parallel.param_gather=step (Megatron's distributed optimizer without overlapping its
+    gather with the next forward): the same collectives, exposed whole after the step."""
+    zero2 = [*DECODER, "parallel.shard=gradients"]
+    forward, step = (
+        plan(job_of(*zero2, f"parallel.param_gather={g}")) for g in ("forward", "step")
+    )
+    assert step["comm_bytes_by_collective"] == forward["comm_bytes_by_collective"]
+    assert step[PLAN_STEP_TIME.name] > forward[PLAN_STEP_TIME.name]
 
 
 def test_training_logs_each_collective_beside_the_dp_total() -> None:

@@ -55,3 +55,9 @@ class ParallelConfig:
     # micro-batches (fewer gathers, more memory). default: always outside a pipeline, never in
     # one (torchtitan's). One of runner.choices.RESHARD.
     reshard_after_forward: str = "default"
+    # Where weights stay gathered from forward to backward (shard=gradients, and optimizer over
+    # 16-bit weights: Megatron's distributed optimizer), when the updated shards are gathered:
+    # forward (unit by unit as the next forward reaches them, behind its compute) or step (all of
+    # them right after the optimizer's step, exposed: Megatron-LM's default without
+    # --overlap-param-gather). One of runner.choices.PARAM_GATHER.
+    param_gather: str = "forward"

@@ -56,6 +56,7 @@ class MeshStrategy(DDPStrategy, Layout):
         expert_spec: Any = None,  # parallel.ep: the model's spec, which finds its experts
         policy: MixedPrecisionPolicy | None = None,  # 16-bit weights over fp32 masters: FSDP2's
         reshard_after_forward: str = "default",  # ZeRO-3's (runner/job.py)
+        param_gather: str = "forward",  # the distributed optimizer's (runner/job.py)
         **kw: Any,
     ) -> None:
         # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
@@ -70,7 +71,8 @@ class MeshStrategy(DDPStrategy, Layout):
         level = shard if shape.size("dp") > 1 else "none"
         sharded = level != "none" or policy is not None
         reshard = reshards_after_forward(level, reshard_after_forward, shape.pp)
-        self.sharding = Sharding(level, units, policy, reshard) if sharded else None
+        after_step = param_gather == "step"
+        self.sharding = Sharding(level, units, policy, reshard, after_step) if sharded else None
         self.device_mesh: DeviceMesh | None = None
         self.own_group = False  # the process group of one process, made here (setup_distributed)
 
@@ -122,6 +124,12 @@ class MeshStrategy(DDPStrategy, Layout):
             return module
         others = self.experts.names(module)
         return self.replication.apply(module, self.replicas(), self.root_device, others)
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().optimizer_step(*args, **kwargs)
+        if self.sharding is not None:
+            self.sharding.gather_after_step()
+        return out
 
     def post_backward(self, closure_loss: Any) -> None:
         super().post_backward(closure_loss)
@@ -194,6 +202,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
         expert_spec=spec,
         policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce),
         reshard_after_forward=cfg.parallel.reshard_after_forward,
+        param_gather=cfg.parallel.param_gather,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

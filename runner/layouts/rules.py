@@ -7,7 +7,7 @@ import sys
 
 from omegaconf import DictConfig, open_dict
 
-from runner.choices import MULTI_STAGE, RESHARD, SCHEDULES, SHARDS
+from runner.choices import MULTI_STAGE, PARAM_GATHER, RESHARD, SCHEDULES, SHARDS
 from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
@@ -19,6 +19,17 @@ from runner.precision import precision_of
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
     one_of(cfg.parallel.shard, "parallel.shard", SHARDS)
     one_of(cfg.parallel.reshard_after_forward, "parallel.reshard_after_forward", RESHARD)
+    one_of(cfg.parallel.param_gather, "parallel.param_gather", PARAM_GATHER)
+    kept = cfg.parallel.shard == "gradients" or (
+        cfg.parallel.shard == "optimizer" and precision_of(cfg.trainer).masters
+    )
+    require(
+        cfg.parallel.param_gather == "forward" or (kept and mesh.size("dp") > 1),
+        "parallel.param_gather",
+        "step gathers the weights a distributed optimizer keeps from forward to backward "
+        "(parallel.shard=gradients, or optimizer over 16-bit weights, over several replicas): "
+        "ZeRO-1 over fp32 broadcasts after its step already, ZeRO-3 gathers unit by unit",
+    )
     require(
         mesh.pp == 1 or cfg.parallel.reshard_after_forward != "always",
         "parallel.reshard_after_forward",

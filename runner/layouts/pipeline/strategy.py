@@ -268,6 +268,7 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         context=context_of(cfg, mesh),
         policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce, output=None),
         reshard_after_forward=p.reshard_after_forward,
+        param_gather=p.param_gather,
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),
     )

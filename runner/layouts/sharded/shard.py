@@ -158,8 +158,10 @@ class Sharding:
         units: Callable[[nn.Module], list[nn.Module]],
         policy: MixedPrecisionPolicy | None = None,
         reshard: bool = True,
+        after_step: bool = False,
     ) -> None:
         self.level, self.units, self.policy = level, units, policy
+        self.after_step = after_step  # gather the updated weights right after the step
         self.frees = reshard and level == "full"  # ZeRO-3 frees weights after forward
         self.unit_list: list[nn.Module] = []
         self.fsdp: list[FSDPModule] = []  # every FSDP module made, each stage's whole last
@@ -189,9 +191,21 @@ class Sharding:
             return optimizers
         return [zero_optimizer(o, replicas.get_group()) for o in optimizers]
 
+    def gather_after_step(self) -> None:
+        """parallel.param_gather=step: every unit's updated weights gathered now, all of them
+        (Megatron-LM's distributed optimizer without overlapping them with the next forward),
+        which then finds them gathered."""
+        if self.after_step:
+            for module in self.fsdp:
+                module.unshard()
+
     def reshard(self) -> None:
         """Free the weights an evaluation's forward gathered (no backward freed them), so that
-        every training step gathers what the one before it did."""
+        every training step gathers what the one before it did. Gathered after the step, they
+        were all gathered before the evaluation, and the next step finds them so: nothing to
+        free."""
+        if self.after_step:
+            return
         for module in self.fsdp:
             module.reshard()
 

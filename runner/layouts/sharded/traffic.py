@@ -4,7 +4,9 @@ of the parameters a rank holds, DDP's payload (a mean over pipeline ranks).
 
 - optimizer (ZeRO-1): after the step each parameter is broadcast from the rank that owns it: P
   in all, one call per parameter tensor.
-- gradients (ZeRO-2): P all-gathered in forward, P reduce-scattered in backward, one call of
+- gradients (ZeRO-2; ZeRO-1 over 16-bit weights): P all-gathered in forward (or, with
+  parallel.param_gather=step, right after the optimizer's step), P reduce-scattered in
+  backward, one call of
   each per FSDP unit that holds parameters: each layer (the spec's recompute units: the
   decoder's blocks, the FFNN's Linear layers) and the stage's root (the rest: the decoder's tied
   embedding on the end stages; a model without units is all root).
@@ -121,7 +123,12 @@ class Collective:
 
 @shared(
     key=lambda job: stages_key(
-        job, job.shard, rounds(job), regathers(job), precision_of(job.trainer)
+        job,
+        job.shard,
+        rounds(job),
+        regathers(job),
+        job.gathers_after_step,
+        precision_of(job.trainer),
     )
 )
 def collectives(job: Job) -> list[Collective]:
@@ -139,8 +146,14 @@ def collectives(job: Job) -> list[Collective]:
     calls = sum(u.calls for u in stages) / pp * m
     edge = fmean(u.edge for u in stages) * m  # one stage's: a rank starts one first
     edge_calls = fmean(u.edge_calls for u in stages) * m
+    if job.gathers_after_step:  # all of them after the step, nothing computing beside
+        gathered = Collective("all_gather", "after", total * gather, calls, total * gather, calls)
+    else:
+        gathered = Collective(
+            "all_gather", "forward", total * gather, calls, edge * gather, edge_calls
+        )
     out = [
-        Collective("all_gather", "forward", total * gather, calls, edge * gather, edge_calls),
+        gathered,
         Collective(
             "reduce_scatter", "backward", total * scatter, calls, edge * scatter, edge_calls
         ),
