@@ -93,7 +93,11 @@ SYSTEM_SERIES = ("cpu_utilization_percentage", "gpu_0_utilization_percentage")
 class Row:
     check: str
     figure: str
-    passed: bool
+    passed: bool | None  # None: not judged on this machine (its figure is printed)
+
+    @property
+    def verdict(self) -> str:
+        return "not judged" if self.passed is None else "pass" if self.passed else "FAIL"
 
 
 @dataclass(frozen=True)
@@ -166,10 +170,29 @@ def precisions(scratch: Path, m: Machine) -> tuple[list[Row], dict[str, float]]:
             f"peak {f[PEAK_MEMORY.name]:.2f} GiB (planned {f[prediction(PEAK_MEMORY.name)]:.2f})"
             f"{against_fp32(f, runs)}"
         )
-        rows.append(Row(f"1. one device, {label}", figure, goal is None or f[MFU.name] >= goal))
+        rows.append(Row(f"1. one device, {label}", figure, judged(label, f, runs, goal)))
     rows += [peak(m, runs["32-true"], runs["bf16-mixed"])]
     rows += [measuring_cost(scratch, m, runs["bf16-mixed"]), sampled(runs["32-true"], m)]
     return rows, runs["bf16-mixed"]
+
+
+# The last loss against its reference's: issue 45's bounds over a 300-step curve
+# (benchmarks/precision_curves.py), bf16 against fp32 2 %, fp8 against bf16-true 3 %
+LOSS_AGAINST = {"bf16-mixed": ("32-true", 0.02), "bf16-true": ("32-true", 0.02),
+                "fp8": ("bf16-true", 0.03)}  # fmt: skip
+
+
+def judged(
+    label: str, f: dict[str, float], runs: dict[str, dict[str, float]], goal: float | None
+) -> bool | None:
+    """A precision's row: its last loss within its bound of its reference's; the compiled run's
+    MFU against the GPU's goal (none on a CPU); 32-true, the reference, is not judged."""
+    if goal is not None:
+        return f[MFU.name] >= goal
+    if label not in LOSS_AGAINST:
+        return None
+    reference, bound = LOSS_AGAINST[label]
+    return abs(f[TRAIN_LOSS.name] / runs[reference][TRAIN_LOSS.name] - 1) <= bound
 
 
 def against_fp32(f: dict[str, float], runs: dict[str, dict[str, float]]) -> str:
@@ -187,7 +210,7 @@ def peak(m: Machine, *runs: dict[str, float]) -> Row:
     ratios = [f[prediction(PEAK_MEMORY.name)] / f[PEAK_ALLOCATED.name] for f in runs]
     figure = "planned / measured tensors' peak: " + ", ".join(f"{r:.2f}" for r in ratios)
     if not m.gpus:
-        return Row("1. memory peak", f"{figure}, not judged on a CPU", True)
+        return Row("1. memory peak", f"{figure} (on a CPU)", None)
     return Row("1. memory peak", f"{figure} (bound 1 +- {PEAK_RELATIVE})",
                all(abs(r - 1) <= PEAK_RELATIVE for r in ratios))  # fmt: skip
 
@@ -211,7 +234,7 @@ def measuring_cost(scratch: Path, m: Machine, measured: dict[str, float]) -> Row
     ratio = measured[THROUGHPUT.name] / f[THROUGHPUT.name]
     figure = f"samples/s measuring on / off {ratio:.3f} (goal {MEASURING_GOAL})"
     if not m.gpus:  # one run a side on a shared CPU: noise (benchmarks/overhead.py does rounds)
-        return Row("1. cost of measuring", f"{figure}, not judged on a CPU", True)
+        return Row("1. cost of measuring", f"{figure} (on a CPU)", None)
     return Row("1. cost of measuring", figure, ratio >= MEASURING_GOAL)
 
 
@@ -348,7 +371,7 @@ def calibrate(scratch: Path, m: Machine, measured: dict[str, float]) -> Row:
     error = planned / actual - 1
     figure = f"profile written; step time planned {planned:.4f} s, measured {actual:.4f} s"
     if not m.gpus:  # a shared 2-core CPU's timings are noise: the rehearsal judges no speed
-        return Row("4. calibrate", f"{figure} ({error:+.0%}, not judged on a CPU)", True)
+        return Row("4. calibrate", f"{figure} ({error:+.0%}, on a CPU)", None)
     return Row("4. calibrate", f"{figure} ({error:+.0%})", abs(error) <= PLANNED_RELATIVE)
 
 
@@ -360,7 +383,7 @@ def bubble(scratch: Path, m: Machine) -> Row:
     """Check 5: a pipeline of 2 stages, 8 micro-batches (GPipe), enough work per micro-batch: the
     measured bubble against (p-1)/(m+p-1) = 1/9. Needs 2 GPUs; on the CPU rehearsal reported."""
     if m.gpus == 1:
-        return Row("5. pipeline bubble", "needs 2 GPUs: skipped", True)
+        return Row("5. pipeline bubble", "needs 2 GPUs: skipped", None)
     f = train(scratch, *m.hardware, *m.model, "parallel=pipeline", "hardware.devices=2",
               "parallel.microbatches=8", "parallel.schedule=gpipe", f"trainer.max_steps={m.steps}",
               f"trainer.warmup_steps={m.steps // 5}")  # fmt: skip
@@ -370,14 +393,14 @@ def bubble(scratch: Path, m: Machine) -> Row:
         f"P=2, M=8: measured {measured:.3f}, theory {theory:.3f} ({gap:+.3f}, bound {BUBBLE_GAP})"
     )
     if not m.gpus:  # 2 ranks on 2 shared cores: benchmarks/pipeline_bubble judges it in rounds
-        return Row("5. pipeline bubble", f"{figure}, not judged on a CPU", True)
+        return Row("5. pipeline bubble", f"{figure} (on a CPU)", None)
     return Row("5. pipeline bubble", figure, abs(gap) <= BUBBLE_GAP)
 
 
 def table(rows: list[Row], m: Machine, seconds: float) -> str:
     width = max(len(r.check) for r in rows)
     lines = [f"gpu-check on {m.name}, {m.gpus} GPU(s), {seconds:.0f} s", ""]
-    lines += [f"{r.check:<{width}}  {'pass' if r.passed else 'FAIL'}  {r.figure}" for r in rows]
+    lines += [f"{r.check:<{width}}  {r.verdict:<10}  {r.figure}" for r in rows]
     return "\n".join(lines)
 
 
@@ -410,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         progress("4. calibrate")
         rows.append(calibrate(scratch, m, bf16))
     print(table(rows, m, time.perf_counter() - start))
-    return 0 if all(r.passed for r in rows) else 1
+    return 0 if all(r.passed is not False for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def test_without_a_gpu_it_says_so_in_one_line(capsys: pytest.CaptureFixture[str]
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # about 11 short trainings and a pair of torchrun nodes
-def test_its_checks_rehearsed_on_this_cpu_pass(
+def test_its_checks_rehearsed_on_this_cpu_pass_or_say_not_judged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The script's every check on this CPU, small: each of its `python -m runner` commands goes
@@ -47,7 +47,14 @@ def test_its_checks_rehearsed_on_this_cpu_pass(
     assert code == 0, out
     checks = ("1.", "2.", "3.", "4.", "5.", "6.", "7.")
     rows = [line for line in out.splitlines() if line[:2] in checks]
-    assert len(rows) == 14 and all("  pass  " in row for row in rows), out
+    assert len(rows) == 14, out
+    # What a CPU can judge passes; speed, memory against a GPU's planner figures and the bubble on
+    # shared cores say "not judged", and exactly those (32-true is the others' reference)
+    unjudged = {row.split("  ")[0] for row in rows if "  not judged  " in row}
+    assert unjudged == {"1. one device, 32-true", "1. one device, bf16-mixed compiled",
+                        "1. memory peak", "1. cost of measuring", "4. calibrate",
+                        "5. pipeline bubble"}, out  # fmt: skip
+    assert all("  pass  " in row for row in rows if row.split("  ")[0] not in unjudged), out
     for precision in ("bf16-mixed", "bf16-true", "fp8"):  # check 1: a row each, its loss beside
         assert f"1. one device, {precision} " in out and "against 32-true's" in out
     assert "planned / measured tensors' peak: " in out  # check 1's memory (judged on a GPU)

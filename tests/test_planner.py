@@ -114,8 +114,9 @@ def test_mixed_precision_keeps_fp32_state_and_halves_activations() -> None:
         assert mem16[key] == pytest.approx(mem32[key])
     assert mem16["weight_copies"] == pytest.approx(mem32["weights"] / 2)
     assert mem32["weight_copies"] == 0
-    # Half the layers' activations; the logits stay fp32 for the loss.
-    assert mem32["activations"] / 2 < mem16["activations"] < mem32["activations"]
+    # Half the layers' activations on the busiest rank, the first stage's (the fp32 logits sit on
+    # the last stage's rank, which holds fewer micro-batches)
+    assert mem16["activations"] == pytest.approx(mem32["activations"] / 2)
     # The same model FLOPs against each precision's peak (989 and 67 TFLOP/s on an H100).
     assert bf16["step_time_s"] < fp32["step_time_s"]
     flops = [run["mfu"] * run["step_time_s"] * peak for run, peak in ((fp32, 67), (bf16, 989))]

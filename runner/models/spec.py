@@ -38,6 +38,7 @@ class Activations:
     # on a GPU always, on a CPU without dropout); false: the math path, which keeps them
     fused_attention: bool = False
     stream: int = 4  # bytes per element of the residual stream (fp32 under autocast)
+    output: bool = True  # the rank holds the model's output (a pipeline's last stage's rank)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ parameters; its per-tensor path on a CPU, two of the largest tensor's).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.job import Job
 from runner.layouts.sharded.traffic import regathers, units
 from runner.memo import shared, stages_key
@@ -59,24 +61,31 @@ def params_per_device(job: Job, experts: bool = True) -> int:
     return max(sum(counts[r :: mesh.pp]) for r in range(mesh.pp))  # stage s sits on rank s % pp
 
 
-def in_flight(job: Job) -> int:
+def in_flight(job: Job, rank: int = 0) -> int:
     """Micro-batches through one stage (one stage of a rank's v, interleaved) whose activations
-    the first rank holds at once: GPipe's m, 1F1B's p; interleaved 1F1B's are torch's warm-up
-    forwards and the first steady one: (v - 1) rounds of the micro-batches a round takes, then
-    2 for each rank behind it (ScheduleInterleaved1F1B's count, at most m x v; zero bubble's, 1
-    for each)."""
+    pipeline rank `rank` holds at once (the first by default, the busiest): GPipe's m, 1F1B's
+    p - rank; interleaved 1F1B's are torch's warm-up forwards and the first steady one: (v - 1)
+    rounds of the micro-batches a round takes, then 2 for each rank behind it
+    (ScheduleInterleaved1F1B's count, at most m x v; zero bubble's, 1 for each)."""
     p, m, pp, v = job.parallel, job.microbatches, job.mesh.pp, job.parallel.virtual_stages
     if p.schedule == "gpipe":
         return m
     if p.schedule == "1f1b":
-        return min(m, pp)
+        return min(m, pp - rank)
     per_round = m // max(1, m // pp)
     behind = 2 if p.schedule == "interleaved_1f1b" else 1
-    return min(m * v, (v - 1) * per_round + behind * (pp - 1) + 1)
+    return min(m * v, (v - 1) * per_round + behind * (pp - 1 - rank) + 1)
 
 
 def activation_bytes(job: Job) -> float:
-    return job.spec.activation_bytes(job.model, activations_held(job))
+    """The busiest pipeline rank's: the first's, which holds the most micro-batches in flight, or
+    the last's, which holds fewer but the model's output (the decoder's fp32 logits)."""
+    held, spec, pp = activations_held(job), job.spec, job.mesh.pp
+    if pp == 1:
+        return spec.activation_bytes(job.model, held)
+    first = replace(held, output=False)
+    last = replace(held, in_flight=in_flight(job, pp - 1))
+    return max(spec.activation_bytes(job.model, first), spec.activation_bytes(job.model, last))
 
 
 def activations_held(job: Job) -> Activations:

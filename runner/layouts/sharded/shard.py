@@ -81,16 +81,8 @@ def shard_module(
     free = level == "full" and reshard
     # The units hand each other 16 bits; the whole's output alone comes back in the policy's
     mixed = {"mp_policy": replace(policy, output_dtype=None)} if policy is not None else {}
-    own = (
-        []
-        if nested is None
-        else [m for m in nested.modules if any(m is x for x in module.modules())]
-    )
-    for inner in own:  # before their units: FSDP2 leaves a nested FSDP module's weights to it
-        fully_shard(inner, mesh=nested.mesh, reshard_after_forward=free, **mixed)
-        inner.set_gradient_divide_factor(nested.divide)
-        # gloo has no pre-multiplied sum: divide apart, then sum
-        inner.set_force_sum_reduction_for_comms(nested.mesh.device_type == "cpu")
+    # before their units: FSDP2 leaves a nested FSDP module's weights to it
+    own = shard_nested(nested, module, free, mixed) if nested is not None else []
     for unit in inside:
         fully_shard(unit, mesh=mesh, reshard_after_forward=free, **mixed)
     whole = {"mp_policy": policy} if policy is not None else {}
@@ -105,6 +97,20 @@ def shard_module(
         inside[0].set_modules_to_backward_prefetch([module])  # type: ignore[list-item]
     gather_beside_compute(module)
     return [*own, *inside, module]  # type: ignore[list-item]
+
+
+def shard_nested(
+    nested: Nested, module: nn.Module, free: bool, mixed: dict[str, Any]
+) -> list[FSDPModule]:
+    """`nested`'s modules inside `module`, each over its own mesh, their gradients' sum divided
+    by `nested.divide`."""
+    inside = [m for m in nested.modules if any(m is x for x in module.modules())]
+    for inner in inside:
+        fully_shard(inner, mesh=nested.mesh, reshard_after_forward=free, **mixed)
+        inner.set_gradient_divide_factor(nested.divide)
+        # gloo has no pre-multiplied sum: divide apart, then sum
+        inner.set_force_sum_reduction_for_comms(nested.mesh.device_type == "cpu")
+    return inside  # type: ignore[return-value]
 
 
 def gather_beside_compute(module: nn.Module) -> None:

@@ -71,7 +71,12 @@ class Units:
         return (self.root > 0) + len(self.layers) - self.quiet_units
 
 
-@shared(key=stage_key)
+def alone_experts(job: Job) -> bool:
+    """Whether a rank's experts have no replica to share them with (dp / ep = 1, and no cp)."""
+    return job.mesh.ep > 1 and job.mesh.size("dp") // job.mesh.ep == 1
+
+
+@shared(key=lambda job, index: stage_key(job, index, alone_experts(job)))
 def units(job: Job, index: int) -> Units:
     """Stage `index`'s units. The root is what the stage holds beyond its layers (what `ends`
     adds: the decoder's tied embedding), or everything for a model without units."""
@@ -93,9 +98,8 @@ def units(job: Job, index: int) -> Units:
         block = params(range(i, i + 1), experts=False)
         experts.append(params(range(i, i + 1)) - block)
         alone += [block, experts[-1]]
-    alone_ranks = mesh.size("dp") // mesh.ep == 1  # their replicas: none to gather from
-    quiet = sum(experts) if alone_ranks else 0
-    return Units(whole - inner, inner, alone, quiet, len(experts) if alone_ranks else 0)
+    quiet = alone_experts(job)  # no replica to gather from or scatter to
+    return Units(whole - inner, inner, alone, sum(experts) * quiet, len(experts) * quiet)
 
 
 def regathers(job: Job) -> bool:
@@ -128,6 +132,7 @@ class Collective:
         rounds(job),
         regathers(job),
         job.gathers_after_step,
+        alone_experts(job),
         precision_of(job.trainer),
     )
 )

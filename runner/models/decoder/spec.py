@@ -182,7 +182,7 @@ class DecoderSpec(ModelSpec):
             return s * b * h * kept * held.elem / 2
 
         # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
-        logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4
+        logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4 if held.output else 0
         # The ring's backward works on one block at a time: its weights, their gradient and two
         # temporaries of the same s/cp x s/cp size, fp32, per sample and head of this rank's
         logits += 4 * b * (a // t) * s * s * 4 if ring else 0
