@@ -217,12 +217,12 @@ class LoopTiming(pl.Callback):
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         index = len(self.steps)
+        if index == 1:  # the first step has run every product once; outside the step's time
+            self.memory.beyond_tensors(trainer.lightning_module, trainer.optimizers)
         if index >= self.warmup_steps and self.profile.wants(index):
             self.profile.start()
         self.steps.append(Step(start=clock.stamp()))
         self.memory.step_started()
-        if index >= 1:  # the first step has run every product once
-            self.memory.beyond_tensors(trainer.lightning_module, trainer.optimizers)
 
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         step = self.steps[-1]
