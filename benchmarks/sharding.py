@@ -1,6 +1,7 @@
 """Sharded data parallelism against DDP: samples/s and peak memory per rank of each
-`parallel.shard` level (none = DDP, optimizer = ZeRO-1, gradients = ZeRO-2, full = ZeRO-3/FSDP) on
-2 ranks, the same model and global batch, beside what the planner predicts for each peak.
+`parallel.shard` level (none = DDP, optimizer = ZeRO-1, which runs as ZeRO-2, gradients = ZeRO-2,
+full = ZeRO-3/FSDP) on 2 ranks, the same model and global batch, beside what the planner predicts
+for each peak.
 
 Each round is one sweep over the four levels, in an order turned by one every round (the machine
 drifts); the figures are medians over rounds, the ratios each level's over DDP's of the same round.

@@ -20,7 +20,6 @@ from runner.mesh import Mesh, mesh_of
 from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
 from runner.models.spec import ModelSpec
-from runner.precision import precision_of
 
 T = TypeVar("T")
 
@@ -79,13 +78,9 @@ class Job:
     def shard(self) -> str:
         """What the data-parallel replicas split among themselves (parallel.shard): nothing
         without several replicas. With context parallelism their cp ranks, which sum gradients
-        with them, shard too (torchtitan's dp_shard_cp). Over 16-bit weights ZeRO-1 runs as ZeRO-2
-        does (FSDP2 without resharding after forward: runner/layouts/sharded/shard.py)."""
-        if self.mesh.size("dp") == 1:
-            return "none"
-        if self.parallel.shard == "optimizer" and precision_of(self.trainer).masters:
-            return "gradients"
-        return self.parallel.shard
+        with them, shard too (torchtitan's dp_shard_cp). ZeRO-1 runs as ZeRO-2 does, as
+        Megatron-LM's distributed optimizer: runner/layouts/sharded/shard.py."""
+        return resolved_shard(self.parallel.shard, self.mesh.size("dp"))
 
     @property
     def gathers_after_step(self) -> bool:
@@ -99,6 +94,16 @@ class Job:
         its backward (parallel.reshard_after_forward; default: outside a pipeline). Under
         gradient accumulation, then every micro-batch gathers and reduce-scatters."""
         return reshards_after_forward(self.shard, self.parallel.reshard_after_forward, self.mesh.pp)
+
+
+def resolved_shard(shard: str, replicas: int) -> str:
+    """parallel.shard as it runs over `replicas` (dp x cp) ranks: nothing to split over one;
+    ZeRO-1 as ZeRO-2 (FSDP2 without resharding after forward: gradients reduce-scattered as
+    backward makes them, the updated weights all-gathered, one all-reduce's bytes), which keeps
+    no whole gradient once its reduce-scatter has run."""
+    if replicas == 1:
+        return "none"
+    return "gradients" if shard == "optimizer" else shard
 
 
 def reshards_after_forward(level: str, wanted: str, pp: int) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 PARTS = {
     "dim": "dp|tp|sp|cp|ep|pp",
     "r": r"\d+",
-    "collective": "all_reduce|broadcast|all_gather|reduce_scatter",
+    "collective": "all_reduce|all_gather|reduce_scatter",
     "component": r"[a-z][a-z0-9_]*",  # a model spec's names: embedding, attention, ffn, ...
     "memory_part": (
         "weights|master_weights|weight_copies|gradients|optimizer_state|activations|workspace|total"

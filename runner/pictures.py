@@ -23,7 +23,6 @@ COLORS = {
     "sp reduce-scatter": "#BCBD22",
     "dp all-gather": "#64B5CD",
     "dp reduce-scatter": "#E17C05",
-    "dp broadcast": "#2CA02C",
     "dp wait": "#8B0000",  # the rank waiting for a prefetched all-gather: exposed
     "cp send-recv": "#9467BD",  # the ring attention's keys and values (or their gradients)
     "cp wait": "#4B0082",  # the rank waiting for them: exposed
@@ -48,7 +47,6 @@ COMM_KINDS = {
         "all-reduce",
         "all-gather",
         "reduce-scatter",
-        "broadcast",
         "send-recv",
         "all-to-all",
         "wait",

@@ -39,7 +39,6 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
 from runner.errors import ConfigError, require
@@ -49,7 +48,8 @@ from runner.preemption import Preempted
 
 MARK = "runner.json"
 # The format whose tensors are keyed by the whole model's names; snapshots written before it kept
-# pipeline stages and ZeRO-1's shares under keys of their own, read by their own layout alone.
+# pipeline stages and ZeRO-1's shares (torch's ZeroRedundancyOptimizer's, as ZeRO-1 ran then)
+# under keys of their own, read by their own layout alone.
 BY_NAME = 2
 # The optimizer's state one entry per parameter (`state.<name>.exp_avg`, `param_groups.<name>.lr`):
 # a layout holding other parameters, or other parts of them, finds each of its own.
@@ -75,11 +75,6 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def stepped(optimizer: Any) -> Any:
-    """The optimizer whose state this rank holds: under ZeRO-1, the one stepping its share."""
-    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
-
-
 @contextlib.contextmanager
 def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     """Data parallelism over tensor-parallel shards: torch's DDP holds every shard as a plain local
@@ -87,10 +82,7 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     While a snapshot is written or read, module and optimizer see each shard as a DTensor parameter
     over the same storage, as they do without DDP; then everything is put back, loaded values and
     optimizer state included."""
-    optimizer, swaps = stepped(trainer.optimizers[0]), []
-    # Loading the state gives the optimizer new groups; ZeRO-1 keeps the ones it had (its share
-    # of the parameters, which it broadcasts after each step): those get their shards back too.
-    groups = [(group, group["params"]) for group in optimizer.param_groups]
+    optimizer, swaps = trainer.optimizers[0], []
     for held in layout_of(trainer.strategy).local_shards():
         owner, attr, local, spec = held.owner, held.attr, held.param, held.spec
         shard = nn.Parameter(as_dtensor(local.detach(), spec), requires_grad=local.requires_grad)
@@ -101,8 +93,6 @@ def shards_as_dtensors(trainer: pl.Trainer) -> Iterator[None]:
     finally:
         for owner, attr, before, local, shard in swaps:
             swap(owner, attr, optimizer, shard, local, to_local, put_back=before)
-        for group, params in groups:
-            group["params"] = params
 
 
 def as_dtensor(local: torch.Tensor, spec: Any) -> DTensor:
@@ -140,7 +130,7 @@ def training_state(trainer: pl.Trainer) -> tuple[nn.Module, dict[str, Any]]:
     """The module whose state is kept, and the state: the model's and this rank's optimizer's,
     under the whole model's names (runner/layouts/layout.py)."""
     view = layout_of(trainer.strategy).state_module(trainer.lightning_module.model)
-    model, optim = get_state_dict(view, stepped(trainer.optimizers[0]), options=OPTIONS)
+    model, optim = get_state_dict(view, trainer.optimizers[0], options=OPTIONS)
     return view, {"model": model, "optim": optim}
 
 
@@ -219,7 +209,7 @@ def load(trainer: pl.Trainer, folder: Path, own_layout: bool) -> None:
         dcp.load(state, checkpoint_id=str(folder))
         set_state_dict(
             view,
-            stepped(trainer.optimizers[0]),
+            trainer.optimizers[0],
             model_state_dict=state["model"],
             optim_state_dict=state["optim"],
             options=OPTIONS,

@@ -144,6 +144,15 @@ BAD = [
     (["parallel=pipeline", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
     (["parallel=fsdp", "hardware.devices=2", "parallel.shard=zero3"], "optimizer, gradients, full"),
     (["parallel=fsdp", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
+    (
+        [
+            "parallel=data",
+            "hardware.devices=2",
+            "parallel.shard=optimizer",
+            "trainer.precision=16-mixed",
+        ],
+        "trainer.precision: 16-mixed scales the loss, and its scaler has not been run on FSDP",
+    ),
     (["+foo=1"], "foo: no such key; the top-level keys are: model, data"),
     (["+trainer.lr_warmup=3"], "trainer.lr_warmup: no such key; trainer has: max_steps"),
     (["logger.tracking_uri=ftp://x"], "logger.tracking_uri: ftp://x: no MLflow store"),
@@ -183,7 +192,6 @@ BAD = [
     (["parallel=ep"], "parallel.ep: this model has no experts"),
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
-    (["model=moe", "parallel=ep", "parallel.shard=optimizer"], "parallel.shard: optimizer (torc"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
     (["hardware.emulated_linear_ms=0"], "hardware.emulated_linear_ms: must be positive or null"),

@@ -42,10 +42,10 @@ class ParallelConfig:
     # its all-reduce. Same bytes on the link, a tp-th of those activations held.
     sequence_parallel: bool = False
     # Sharded data parallelism over the dp ranks and their cp ranks (runner/layouts/sharded/):
-    # none = DDP, every replica holds everything; optimizer = ZeRO-1 (torch's
-    # ZeroRedundancyOptimizer: the optimizer state split); gradients = ZeRO-2 (FSDP2, weights kept
-    # from forward to the end of backward); full = ZeRO-3 / FSDP (weights gathered per block
-    # before use, freed after). One of
+    # none = DDP, every replica holds everything; gradients = ZeRO-2 (FSDP2, weights kept
+    # from forward to the end of backward); optimizer = ZeRO-1, which runs as ZeRO-2 (Megatron's
+    # distributed optimizer: gradients reduce-scattered, weights all-gathered); full = ZeRO-3 /
+    # FSDP (weights gathered per block before use, freed after). One of
     # runner.choices.SHARDS; with dp x cp 1 there is nothing to shard over: it runs as none.
     shard: str = "none"
     # ZeRO-3 (shard=full) frees each unit's gathered weights after its forward and gathers them

@@ -26,7 +26,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from runner.cluster import bind_gloo_to_loopback
 from runner.compat.device_mesh import flattened
-from runner.job import reshards_after_forward
+from runner.job import reshards_after_forward, resolved_shard
 from runner.layouts.context.split import ContextSplit, context_of
 from runner.layouts.data.replicate import Replication
 from runner.layouts.expert.split import ExpertSplit
@@ -68,7 +68,7 @@ class MeshStrategy(DDPStrategy, Layout):
         self.replication = Replication(bucket_cap_mb)
         # parallel.shard: nothing to split without several replicas (or their cp ranks); over
         # 16-bit weights FSDP2 holds the masters, on one replica too
-        level = shard if shape.size("dp") > 1 else "none"
+        level = resolved_shard(shard, shape.size("dp"))
         sharded = level != "none" or policy is not None
         reshard = reshards_after_forward(level, reshard_after_forward, shape.pp)
         after_step = param_gather == "step"
@@ -117,7 +117,7 @@ class MeshStrategy(DDPStrategy, Layout):
         """Over the data-parallel dimension (with the replicas' cp ranks, which sum gradients
         too): sharded, or replicated by DDP; the module itself with one replica (but over
         16-bit weights: FSDP2 over that one)."""
-        if self.sharding is not None and self.sharding.shards_model:
+        if self.sharding is not None:
             experts = self.experts.sharded(module, self.root_device.type)
             return self.sharding.apply(module, self.replicas(), experts)
         if self.shape.size("dp") == 1:
@@ -149,11 +149,6 @@ class MeshStrategy(DDPStrategy, Layout):
             self.sharding.find_units(module.model)
         module.model = self.replicate(self.split_layers(module.model))
 
-    def setup_optimizers(self, trainer: Any) -> None:
-        super().setup_optimizers(trainer)
-        if self.sharding is not None:
-            self.optimizers = self.sharding.optimizers(self.optimizers, self.replicas())
-
     def on_validation_end(self) -> None:
         super().on_validation_end()
         if self.sharding is not None:
@@ -164,7 +159,7 @@ class MeshStrategy(DDPStrategy, Layout):
         self.replication.install_probes(record)
         if self.sharding is not None:
             gpu = self.root_device.type == "cuda"
-            self.sharding.install_probes(record, self.optimizers, gpu)
+            self.sharding.install_probes(record, gpu)
         self.split.install_probes(record)
         self.context.install_probes(record)
         self.experts.install_probes(record)

@@ -26,13 +26,11 @@ Span = tuple[str, float, float, str]  # kind, start (s), end (s), label (a micro
 # nccl-tests' bus bandwidth: the bytes each rank's link carries per byte of payload S are
 # 2(n-1)/n for an all-reduce and (n-1)/n for an all-gather or a reduce-scatter (a ring's); the
 # factor here is the part before (n-1)/n. (A P2P send carries its payload once: factor 1.)
-# A broadcast's is 1 (a ring or pipelined broadcast puts S on every rank's link): reported as the
-# others, times (n-1)/n, it reads a little low. A wait moves nothing.
+# A wait moves nothing.
 BUS_BYTES = {
     "all-reduce": 2.0,
     "all-gather": 1.0,
     "reduce-scatter": 1.0,
-    "broadcast": 1.0,
     "send-recv": 1.0,
     "all-to-all": 1.0,  # each rank's link carries what it sends to the others: (n-1)/n of S
 }

@@ -9,6 +9,7 @@ from omegaconf import DictConfig, open_dict
 
 from runner.choices import MULTI_STAGE, PARAM_GATHER, RESHARD, SCHEDULES, SHARDS
 from runner.errors import one_of, positive, require
+from runner.job import resolved_shard
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
 from runner.models.sizes import pipeline_layers, stage_layers
@@ -20,15 +21,13 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
     one_of(cfg.parallel.shard, "parallel.shard", SHARDS)
     one_of(cfg.parallel.reshard_after_forward, "parallel.reshard_after_forward", RESHARD)
     one_of(cfg.parallel.param_gather, "parallel.param_gather", PARAM_GATHER)
-    kept = cfg.parallel.shard == "gradients" or (
-        cfg.parallel.shard == "optimizer" and precision_of(cfg.trainer).masters
-    )
     require(
-        cfg.parallel.param_gather == "forward" or (kept and mesh.size("dp") > 1),
+        cfg.parallel.param_gather == "forward"
+        or resolved_shard(cfg.parallel.shard, mesh.size("dp")) == "gradients",
         "parallel.param_gather",
         "step gathers the weights a distributed optimizer keeps from forward to backward "
-        "(parallel.shard=gradients, or optimizer over 16-bit weights, over several replicas): "
-        "ZeRO-1 over fp32 broadcasts after its step already, ZeRO-3 gathers unit by unit",
+        "(parallel.shard=optimizer or gradients, over several replicas): ZeRO-3 gathers unit "
+        "by unit, DDP holds them all",
     )
     require(
         mesh.pp == 1 or cfg.parallel.reshard_after_forward != "always",
@@ -84,7 +83,7 @@ def check_data(cfg: DictConfig, mesh: Mesh) -> None:
     )
     cap = cfg.parallel.bucket_cap_mb
     require(cap is None or cap > 0, "parallel.bucket_cap_mb", "must be positive, or null")
-    if cfg.parallel.shard in ("gradients", "full"):
+    if cfg.parallel.shard != "none":
         require(
             cfg.trainer.precision != "16-mixed",
             "trainer.precision",
@@ -95,7 +94,7 @@ def check_data(cfg: DictConfig, mesh: Mesh) -> None:
             not cfg.trainer.compile,
             "trainer.compile",
             f"parallel.shard={cfg.parallel.shard} runs FSDP2's hooks eagerly here: set "
-            "trainer.compile=false, or parallel.shard=none|optimizer",
+            "trainer.compile=false, or parallel.shard=none",
         )
 
 
@@ -246,13 +245,7 @@ def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
         f"its ranks are data-parallel ones: {ep} does not divide parallel.dp={mesh.dp}",
     )
     if cfg.mode == "train":
-        masters = precision_of(cfg.trainer).masters  # ZeRO-1 runs as FSDP2 there (Job.shard)
-        require(
-            cfg.parallel.shard != "optimizer" or masters,
-            "parallel.shard",
-            "optimizer (torch's ZeroRedundancyOptimizer) broadcasts each weight to every replica, "
-            "and parallel.ep places other experts on each: use none, gradients or full",
-        )
+        masters = precision_of(cfg.trainer).masters
         require(
             cfg.checkpoint.every_n_steps == 0 or (cfg.parallel.shard == "none" and not masters),
             "checkpoint.every_n_steps",

@@ -5,20 +5,20 @@ and autocast adds a 16-bit copy of each weight, held from forward until backward
 weights (bf16-true, fp8) the layers hold 16-bit weights, the optimizer fp32 master weights beside
 its moments, and gradients are accumulated in trainer.grad_reduce's width (Megatron-LM's
 distributed optimizer holds 6 + 12/n bytes a parameter under ZeRO-1 with fp32 gradients; here
-ZeRO-1 over 16-bit weights runs as FSDP2 without resharding after forward, whose fp32 shards are
-the masters and which shards gradients as it reduces them: ZeRO-2's 2 + 16/n). Activations as
+ZeRO-1 runs as FSDP2 without resharding after forward, whose fp32 shards are the masters and
+which shards gradients as it reduces them: ZeRO-2's 2 + 16/n). Activations as
 the model's spec counts them (the decoder's: Korthikanti et al. 2022) for the micro-batches a
 stage holds in flight: the first pipeline stage holds min(m, p) micro-batches under 1F1B, all m
 under GPipe; what each holds depends on trainer.recompute (runner/models/recompute.py).
 
-Sharded data parallelism (parallel.shard, n = dp ranks): optimizer splits the optimizer state (and
-the masters) n ways; gradients the gradients too, the weights whole (gathered from forward to the
-end of backward) beside FSDP's shards of them (1/n more); full the weights too: 1/n of them, the
-root's gathered (the decoder's embedding, never resharded) and two layers' (the one computing, the
-one prefetched: the largest two) - unless it keeps them across micro-batches
-(parallel.reshard_after_forward=never, a pipeline's default): whole, as gradients holds them.
-Both add one unit's whole gradients twice, as backward makes them and as the reduce-scatter copies
-them. The 16-bit copies stay whole: autocast's copy of a gathered weight is
+Sharded data parallelism (parallel.shard, n = dp ranks; optimizer runs as gradients): gradients
+splits the optimizer state, the masters and the gradients n ways, the weights whole (gathered
+from forward to the end of backward) beside FSDP's shards of them (1/n more); full the weights
+too: 1/n of them, the root's gathered (the decoder's embedding, never resharded) and two layers'
+(the one computing, the one prefetched: the largest two) - unless it keeps them across
+micro-batches (parallel.reshard_after_forward=never, a pipeline's default): whole, as gradients
+holds them. Both add one unit's whole gradients twice, as backward makes them and as the
+reduce-scatter copies them. The 16-bit copies stay whole: autocast's copy of a gathered weight is
 saved for backward, which freeing the fp32 weight does not free.
 
 The math library's workspace (hardware.workspace_mib: cuBLAS's on a GPU, the BLAS's packing buffers
@@ -158,7 +158,7 @@ def last_gradient_bytes(job: Job) -> float:
     """The gradient of the layer backward starts with: the last stage's last tensor (the
     decoder's output layer, its tied embedding), a shard of it under FSDP."""
     last = job.stage_tensors(len(job.stages) - 1)
-    share = job.mesh.size("dp") if job.shard in ("gradients", "full") else 1
+    share = job.mesh.size("dp") if job.shard != "none" else 1
     made = precision_of(job.trainer).weight_bytes  # autograd makes it in its weight's dtype
     return (max(last[:1] + last[-1:]) if last else 0) * made / share
 
@@ -178,12 +178,8 @@ def held_parts_gib(job: Job) -> dict[str, float]:
     params, precision = params_per_device(job), precision_of(job.trainer)
     shard, n = job.shard, job.mesh.size("dp")
     weight, grad = precision.weight_bytes, precision.grad_bytes
-    split = {  # the parts each level splits n ways
-        "none": (),
-        "optimizer": ("optimizer_state", "master_weights"),
-        "gradients": ("optimizer_state", "master_weights", "gradients"),
-        "full": ("optimizer_state", "master_weights", "gradients"),
-    }[shard]
+    # the parts a sharded level splits n ways
+    split = () if shard == "none" else ("optimizer_state", "master_weights", "gradients")
     out = {
         "weights": params * weight / GIB,
         "master_weights": params * precision.master_bytes / GIB,
@@ -198,9 +194,9 @@ def held_parts_gib(job: Job) -> dict[str, float]:
     shards = 0 if precision.masters else weight
     if regathers(job):
         out["weights"] = weights_held(job, shards, weight) / GIB
-    elif shard in ("gradients", "full"):  # FSDP's shards, and every unit gathered beside them
+    elif shard != "none":  # FSDP's shards, and every unit gathered beside them
         out["weights"] *= 1 + shards / weight / n
-    if shard in ("gradients", "full") or precision.masters:  # FSDP2 (on one replica too)
+    if shard != "none" or precision.masters:  # FSDP2 (on one replica too)
         # a unit's whole gradients as backward makes them, and the reduce-scatter's input
         out["gradients"] += largest_unit(job) * (weight + grad) / GIB
     return out

@@ -15,8 +15,8 @@ while backward computes the next, so data-parallel time shows only where it outl
 micro-batch's backward, and never less than the last bucket's, which starts when backward ends;
 over a CPU host's loopback whose cores all compute nothing hides it, and DDP's own cost per MB
 (hardware.ddp_overhead_us_per_mb) adds whole.
-Sharded data parallelism (parallel.shard, runner/layouts/sharded/traffic.py): ZeRO-1's
-all-reduce as DDP's, its broadcast after the step whole; FSDP's gathers before the first layer
+Sharded data parallelism (parallel.shard, runner/layouts/sharded/traffic.py; ZeRO-1 runs as
+ZeRO-2): FSDP's gathers before the first layer
 computes (the root's and the first layer's) and its last reduce-scatters (theirs, after
 backward) whole, the rest hidden up to the compute beside them: the first micro-batch's forward
 for forward all-gathers, the last one's backward for backward all-gathers and reduce-scatters;
@@ -218,9 +218,8 @@ def split_layer_passes(job: Job) -> float:
 
 def wire_bytes(dim: str, payload: float, n: int, collective: str = "all_reduce") -> float:
     """Bytes on each rank's link for a payload S (nccl-tests' bus bytes): a ring all-reduce
-    2(n-1)/n S, an all-gather or a reduce-scatter (n-1)/n S; a ring broadcast carries its
-    payload once, S; P2P sends all of it."""
-    if dim in P2P_DIMS or collective == "broadcast":
+    2(n-1)/n S, an all-gather or a reduce-scatter (n-1)/n S; P2P sends all of it."""
+    if dim in P2P_DIMS:
         return payload
     ring = 2 if collective == "all_reduce" else 1
     return ring * (n - 1) / n * payload
@@ -242,7 +241,7 @@ def comm_s(job: Job, traffic: Traffic, compute: float) -> tuple[dict[str, float]
     for dim, payload in traffic.payload.items():
         n, link = mesh.size(dim), tier(hw, mesh, dim)
         if dim == "dp" and job.shard != "none":
-            exposed[dim], hidden[dim] = sharded_s(job, traffic, compute)
+            exposed[dim], hidden[dim] = sharded_s(job, compute)
             continue
         # sequence parallelism's all-gathers and reduce-scatters, and expert parallelism's
         # all-to-alls: (n-1)/n of their payload each
@@ -316,7 +315,7 @@ def ddp_s(
     return exposed + software, total - exposed
 
 
-def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]:
+def sharded_s(job: Job, compute: float) -> tuple[float, float]:
     """Sharded data parallelism's time exposed and hidden (the module's docstring)."""
     n, link = job.mesh.size("dp"), tier(job.hardware, job.mesh, "dp")
     own = collectives(job)
@@ -325,11 +324,6 @@ def sharded_s(job: Job, traffic: Traffic, compute: float) -> tuple[float, float]
         return transfer_s(link, calls, wire_bytes("dp", payload, n, c.name))
 
     exposed = hidden = 0.0
-    if "dp/all_reduce" in traffic.by_collective:  # ZeRO-1: DDP's all-reduce, as without it
-        calls = traffic.calls["dp"] - sum(c.calls for c in own)
-        payload = traffic.by_collective["dp/all_reduce"]
-        total = transfer_s(link, calls, wire_bytes("dp", payload, n))
-        exposed, hidden = ddp_s(job, total, traffic.tail["dp"], compute, payload)
     # What they run beside: one micro-batch's passes, or each micro-batch's (ZeRO-3 resharding
     # gathers and reduce-scatters in every one)
     passes = compute * rounds(job) / job.microbatches

@@ -3,8 +3,8 @@
 A layout is the mesh (dp x pp x cp x tp on a node count, ep of the dp ranks), the micro-batches,
 the schedule and its virtual stages, the sharding level, recomputation and sequence parallelism.
 Choices that make no difference are not multiplied out: one schedule without a pipeline, no
-sharding level without replicas, sequence parallelism only with tp > 1, virtual stages only for
-the schedules that interleave them. Each layout is checked by the very rules a run or a plan
+sharding level without replicas, ZeRO-1 or ZeRO-2 (one runs as the other), sequence parallelism
+only with tp > 1, virtual stages only for the schedules that interleave them. Each layout is checked by the very rules a run or a plan
 meets (runner/layouts/rules.py and the trainer's), on a plain copy of the config: a refusal is
 counted under the key it names, with its first message.
 """
@@ -21,6 +21,7 @@ from runner.choices import MULTI_STAGE
 from runner.config.search import SearchConfig
 from runner.config.trainer import check_precision, check_recompute
 from runner.errors import ConfigError, require
+from runner.job import resolved_shard
 from runner.layouts.rules import check_layout
 from runner.mesh import Mesh
 
@@ -164,13 +165,22 @@ def layouts(s: SearchConfig, hw: Mapping[str, Any], model: Any, batch: int) -> I
             if share
             else [1]
         )
-        shards = s.shard if mesh.size("dp") > 1 else ["none"]
+        shards = distinct_shards(s.shard) if mesh.size("dp") > 1 else ["none"]
         seq = s.sequence_parallel if mesh.tp > 1 and model.sequence else [False]
         for m, (schedule, v), shard, recompute, sp in itertools.product(
             counts, schedules(s, mesh.pp), shards, s.recompute, seq
         ):
             yield Layout(nodes, mesh.dp, mesh.pp, mesh.cp, mesh.tp, mesh.ep, m, schedule, v,
                          shard, recompute, sp)  # fmt: skip
+
+
+def distinct_shards(named: list[str]) -> list[str]:
+    """The levels that run differently, each under the first name given (ZeRO-1 runs as ZeRO-2:
+    runner/job.py)."""
+    first: dict[str, str] = {}
+    for shard in named:
+        first.setdefault(resolved_shard(shard, 2), shard)
+    return list(first.values())
 
 
 def verdicts(

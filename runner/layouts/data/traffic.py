@@ -1,8 +1,7 @@
 """Data parallelism's traffic: every gradient a rank holds is all-reduced once per step, one call
 per DDP bucket, in what gradients are reduced in (fp32 but with 16-bit weights and
-trainer.grad_reduce=bf16: runner/precision.py). So under parallel.shard none, and optimizer over
-fp32 weights (ZeRO-1 adds its broadcast: runner/layouts/sharded/traffic.py); FSDP (gradients,
-full, and ZeRO-1 over 16-bit weights) runs no all-reduce."""
+trainer.grad_reduce=bf16: runner/precision.py). So under parallel.shard none; the sharded levels
+(FSDP2, ZeRO-1 included: runner/layouts/sharded/traffic.py) run no all-reduce."""
 
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ def stage_buckets(job: Job, index: int, placed: bool) -> list[int]:
 )
 def traffic(job: Job) -> Traffic:
     mesh, stages, elem = job.mesh, job.stages, grad_bytes(job)
-    if mesh.size("dp") < 2 or job.shard in ("gradients", "full"):
+    if mesh.size("dp") < 2 or job.shard != "none":
         return Traffic()
     placed = mesh.ep > 1  # DDP leaves the experts to expert parallelism
     per_stage = [job.stage_tensors(i, experts=not placed) for i in range(len(stages))]
@@ -69,5 +68,4 @@ def traffic(job: Job) -> Traffic:
         experts = sum(sum(job.stage_tensors(i)) - sum(t) for i, t in enumerate(per_stage))
         payload, calls = payload + experts * elem / mesh.pp, calls + 1
         tail += experts * elem / mesh.pp
-    named = {"dp/all_reduce": payload} if job.shard != "none" else {}
-    return Traffic({"dp": payload}, {"dp": calls}, {"dp": tail}, named)
+    return Traffic({"dp": payload}, {"dp": calls}, {"dp": tail})

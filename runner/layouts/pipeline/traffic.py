@@ -52,7 +52,7 @@ def tied_bytes(job: Job) -> float:
     (parallel.shard gradients or full) each data-parallel rank its shard of that."""
     if job.mesh.pp < 2:
         return 0.0
-    sharded = job.mesh.size("dp") if job.shard in ("gradients", "full") else 1
+    sharded = job.mesh.size("dp") if job.shard != "none" else 1
     return job.spec.tied_elements(job.model, job.mesh.tp, job.vocab_tp) * PARAM_BYTES / sharded
 
 

@@ -1,38 +1,35 @@
 """Sharded data parallelism on the mesh's dp dimension (with its cp ranks, which sum gradients
 with the replicas: torchtitan's dp_shard_cp), by torch's own implementations.
 
-- `optimizer` (ZeRO-1): DDP as for `none`, and torch's ZeroRedundancyOptimizer: each replica keeps
-  and steps the optimizer state of its share of the parameters, then broadcasts those parameters
-  to the others.
-- `gradients` (ZeRO-2) and `full` (ZeRO-3, FSDP): FSDP2's `fully_shard` on each unit of the model
-  (the spec's units: the decoder's blocks, the FFNN's Linear layers), then on the whole (the rest:
-  the decoder's embedding). Gradients are reduce-scattered, and each replica's optimizer steps its
-  shard. `full` frees a unit's gathered weights after its forward and gathers them again for its
-  backward; `gradients` keeps them from forward to the end of backward. The whole's own weights
-  are kept (backward needs the embedding first). With several micro-batches, `full` frees and
-  gathers for each one outside a pipeline (runner/layouts/sharded/accumulation.py), as
-  torchtitan does; a pipeline's stages keep the weights across its micro-batches, as `gradients`
-  does (parallel.reshard_after_forward chooses either).
+- `optimizer` (ZeRO-1), `gradients` (ZeRO-2) and `full` (ZeRO-3, FSDP): FSDP2's `fully_shard` on
+  each unit of the model (the spec's units: the decoder's blocks, the FFNN's Linear layers), then
+  on the whole (the rest: the decoder's embedding). Gradients are reduce-scattered as backward
+  makes them, and each replica's optimizer steps its shard. `full` frees a unit's gathered weights
+  after its forward and gathers them again for its backward; `gradients` keeps them from forward
+  to the end of backward. The whole's own weights are kept (backward needs the embedding first).
+  With several micro-batches, `full` frees and gathers for each one outside a pipeline
+  (runner/layouts/sharded/accumulation.py), as torchtitan does; a pipeline's stages keep the
+  weights across its micro-batches, as `gradients` does (parallel.reshard_after_forward chooses).
+- ZeRO-1 runs as ZeRO-2, as Megatron-LM's distributed optimizer does: gradients reduce-scattered,
+  the updated weights all-gathered (before the next forward, or right after the step:
+  parallel.param_gather), one all-reduce's bytes. Megatron keeps its whole gradient buffer
+  besides (its buckets are views of it); FSDP2 frees each unit's once it is scattered.
 Each unit asks for the next one's weights before it runs (prefetch: forward and backward); on a
 CPU the gather runs in gloo's thread beside the rank's compute (`_set_unshard_async_op`).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from runner import clock
-from runner.layouts.probes import Recorder, Transfer
+from runner.layouts.probes import Recorder
 from runner.layouts.sharded import probe
 from runner.precision import BY_NAME
 
@@ -122,41 +119,12 @@ def gather_beside_compute(module: nn.Module) -> None:
         setter(True)
 
 
-class ZeroOptimizer(ZeroRedundancyOptimizer):
-    """torch's ZeRO-1, its broadcast of the updated parameters timed (one blocking transfer: the
-    rank waits for every one of them before the step ends)."""
-
-    record: Recorder | None = None
-
-    def _sync_params(self) -> None:
-        start = clock.stamp()
-        super()._sync_params()
-        if self.record is not None:
-            sent = sum(p.numel() * p.element_size() for g in self.param_groups for p in g["params"])
-            self.record(Transfer("dp", "dp broadcast", start, clock.stamp(), sent))
-
-
-def zero_optimizer(optimizer: Any, group: dist.ProcessGroup) -> ZeroOptimizer:
-    """`optimizer`'s kind and settings, its state split over `group`'s ranks."""
-    # Its defaults, as far as its constructor takes them (AdamW keeps one it does not take)
-    accepted = inspect.signature(type(optimizer)).parameters
-    settings = {k: v for k, v in optimizer.defaults.items() if k in accepted and k != "params"}
-    return ZeroOptimizer(
-        [p for g in optimizer.param_groups for p in g["params"]],
-        optimizer_class=type(optimizer),
-        process_group=group,
-        **settings,
-    )
-
-
 class Sharding:
     """Sharding's part of a mesh: data-parallel replicas that split their state over the mesh's
-    dp dimension (and cp's), at one level (parallel.shard). `optimizer` replicates by DDP
-    (runner/layouts/data/replicate.py) and splits the optimizer; `gradients` and `full` shard the
-    model's units (the spec's, found in the whole model before it is split) in DDP's place.
-    Over 16-bit weights (`policy`) FSDP2 runs every level, one replica's too: `optimizer` as
-    `gradients` (Megatron's distributed optimizer's bytes: gradients reduce-scattered, 16-bit
-    weights gathered again before the next forward)."""
+    dp dimension (and cp's), at one level (parallel.shard): FSDP2 shards the model's units (the
+    spec's, found in the whole model before it is split) in DDP's place. `optimizer` runs as
+    `gradients` (runner/job.py: resolved_shard). Over 16-bit weights (`policy`) FSDP2 runs on
+    one replica too: its shards are the fp32 masters."""
 
     def __init__(
         self,
@@ -172,10 +140,6 @@ class Sharding:
         self.unit_list: list[nn.Module] = []
         self.fsdp: list[FSDPModule] = []  # every FSDP module made, each stage's whole last
 
-    @property
-    def shards_model(self) -> bool:
-        return self.level in ("gradients", "full") or self.policy is not None
-
     def find_units(self, model: nn.Module) -> None:
         """The units of the whole model, before a split or a stage hides what they are."""
         self.unit_list = self.units(model)
@@ -189,13 +153,6 @@ class Sharding:
             module, self.unit_list, replicas, self.level, self.frees, self.policy, nested
         )
         return module
-
-    def optimizers(self, optimizers: list[Any], replicas: DeviceMesh) -> list[Any]:
-        """ZeRO-1: each replica (each of its cp ranks too) steps its share of the optimizer
-        state."""
-        if self.level != "optimizer" or self.shards_model:
-            return optimizers
-        return [zero_optimizer(o, replicas.get_group()) for o in optimizers]
 
     def gather_after_step(self) -> None:
         """parallel.param_gather=step: every unit's updated weights gathered now, all of them
@@ -215,8 +172,5 @@ class Sharding:
         for module in self.fsdp:
             module.reshard()
 
-    def install_probes(self, record: Recorder, optimizers: list[Any], gpu: bool) -> None:
+    def install_probes(self, record: Recorder, gpu: bool) -> None:
         probe.install(self.fsdp, record, gpu=gpu)
-        for optimizer in optimizers:
-            if isinstance(optimizer, ZeroOptimizer):
-                optimizer.record = record

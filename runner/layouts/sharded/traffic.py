@@ -1,15 +1,12 @@
 """Sharded data parallelism's traffic (parallel.shard), per rank and step, beside DDP's all-reduce
-(runner/layouts/data/traffic.py, which keeps `none` and ZeRO-1's all-reduce). P: the fp32 bytes
-of the parameters a rank holds, DDP's payload (a mean over pipeline ranks).
+(runner/layouts/data/traffic.py, which keeps `none`). P: the bytes of the parameters a rank
+holds, in what they are gathered or reduced in (a mean over pipeline ranks).
 
-- optimizer (ZeRO-1): after the step each parameter is broadcast from the rank that owns it: P
-  in all, one call per parameter tensor.
-- gradients (ZeRO-2; ZeRO-1 over 16-bit weights): P all-gathered in forward (or, with
-  parallel.param_gather=step, right after the optimizer's step), P reduce-scattered in
-  backward, one call of
-  each per FSDP unit that holds parameters: each layer (the spec's recompute units: the
-  decoder's blocks, the FFNN's Linear layers) and the stage's root (the rest: the decoder's tied
-  embedding on the end stages; a model without units is all root).
+- gradients (ZeRO-2, and ZeRO-1, which runs as it: runner/job.py): P all-gathered in forward (or,
+  with parallel.param_gather=step, right after the optimizer's step), P reduce-scattered in
+  backward, one call of each per FSDP unit that holds parameters: each layer (the spec's
+  recompute units: the decoder's blocks, the FFNN's Linear layers) and the stage's root (the
+  rest: the decoder's tied embedding on the end stages; a model without units is all root).
 - full (ZeRO-3): as gradients, and every unit but the root (whose weights stay gathered)
   all-gathered again for backward (parallel.reshard_after_forward, by default outside a
   pipeline). Under gradient accumulation every micro-batch does all of that: m times the bytes
@@ -29,7 +26,7 @@ from runner.job import Job
 from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
 from runner.models.spec import ModelSpec
-from runner.precision import PARAM_BYTES, precision_of
+from runner.precision import precision_of
 
 
 @dataclass(frozen=True)
@@ -117,7 +114,7 @@ class Collective:
     """One kind of collective in one pass, per rank and step (means over pipeline ranks): bytes
     and calls, and `edge`/`edge_calls`, the part that runs while no compute does."""
 
-    name: str  # all_gather | reduce_scatter | broadcast
+    name: str  # all_gather | reduce_scatter
     during: str  # forward | backward | after (the step's compute)
     payload: float
     calls: float
@@ -137,15 +134,12 @@ class Collective:
     )
 )
 def collectives(job: Job) -> list[Collective]:
-    """The sharded level's own collectives (ZeRO-1's all-reduce is DDP's: data/traffic.py).
-    Weights are gathered in what layers compute with, gradients scattered in what they are
-    reduced in (runner/precision.py)."""
+    """The sharded level's own collectives. Weights are gathered in what layers compute with,
+    gradients scattered in what they are reduced in (runner/precision.py)."""
     shard, pp, precision = job.shard, job.mesh.pp, precision_of(job.trainer)
     gather, scatter = precision.weight_bytes, precision.grad_bytes
     if shard == "none":
         return []
-    if shard == "optimizer":
-        return zero_one_broadcast(job)  # over 16-bit weights ZeRO-1 runs as FSDP (Job.shard)
     stages, m = [units(job, i) for i in range(len(job.stages))], rounds(job)
     total = sum(u.moved for u in stages) / pp * m
     calls = sum(u.calls for u in stages) / pp * m
@@ -168,14 +162,6 @@ def collectives(job: Job) -> list[Collective]:
         layers = sum(len(u.layers) - u.quiet_units for u in stages) / pp * m
         out.append(Collective("all_gather", "backward", again, layers))
     return out
-
-
-def zero_one_broadcast(job: Job) -> list[Collective]:
-    """torch's ZeroRedundancyOptimizer: each updated fp32 parameter broadcast by its owner."""
-    tensors = [job.stage_tensors(i) for i in range(len(job.stages))]
-    sent = sum(sum(t) for t in tensors) * PARAM_BYTES / job.mesh.pp
-    calls = sum(len(t) for t in tensors) / job.mesh.pp
-    return [Collective("broadcast", "after", sent, calls, sent, calls)]
 
 
 def traffic(job: Job) -> Traffic:
