@@ -108,7 +108,8 @@ def resolve_mesh(cfg: DictConfig) -> Mesh:
 
 def search_base(cfg: DictConfig) -> None:
     """mode=search sets the layout itself (runner/search/): the config's parallel group is set
-    to plain data parallelism over every device, the base its layouts vary."""
+    to plain data parallelism over every device, the base its layouts vary. A CPU profile
+    without a device count searches this host's own cores."""
     p = cfg.parallel
     p.dp, p.pp, p.tp, p.cp, p.ep, p.microbatches = None, 1, 1, 1, 1, 1
     p.schedule, p.virtual_stages, p.split, p.shard, p.sequence_parallel = (
@@ -118,8 +119,11 @@ def search_base(cfg: DictConfig) -> None:
         "none",
         False,
     )
+    if cfg.hardware.devices is None and cfg.hardware.accelerator == "cpu":
+        cfg.hardware.devices = os.cpu_count() or 1
     require(cfg.hardware.devices is not None, "hardware.devices",
-            "mode=search needs a node's devices (null: the mesh's, which it chooses)")  # fmt: skip
+            "mode=search chooses the mesh over a node's devices: set how many a node has, "
+            "e.g. hardware.devices=8")  # fmt: skip
 
 
 def check_srun_tasks(cfg: DictConfig) -> None:

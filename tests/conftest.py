@@ -1,16 +1,42 @@
-"""The suite's fixtures (shared helpers live in tests/helpers/): a fresh MLflow store per test and
-the command line run by the test's own process."""
+"""The suite's fixtures (shared helpers live in tests/helpers/): a fresh MLflow store per test,
+the command line run by the test's own process, and the checkout left as the suite found it."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
 from tests.helpers.in_process import Cli, run_in_process
+
+ROOT = Path(__file__).resolve().parent.parent
+# What Python and the tools write beside any checkout they run in: not the suite's doing.
+TOOLS = (".pytest_cache/", "__pycache__/", ".ruff_cache/", ".venv/", ".egg-info/")
+
+
+def checkout_files() -> set[str]:
+    """The checkout's untracked and ignored paths, as git lists them (a folder as one entry)."""
+    listed = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored", "--untracked-files=normal"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    paths = {line[3:] for line in listed if line[:2] in ("??", "!!")}
+    return {p for p in paths if not any(tool in p for tool in TOOLS)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def checkout_untouched() -> Iterator[None]:
+    """The suite writes nothing into the checkout: a test's runs, stores and snapshots go to its
+    own folder (a default ./mlruns or ./outputs here would be one that does not). Checked after
+    each worker's last test, ignored files included."""
+    before = checkout_files()
+    yield
+    made = checkout_files() - before
+    assert not made, f"the suite wrote into the checkout: {sorted(made)}"
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,9 @@ def search(cfg: DictConfig, job: Job, settings: SearchConfig) -> Searched:
 
     base = View(OmegaConf.to_container(cfg, resolve=True))
     candidates = list(layouts(settings, base.hardware, job.spec, job.batch_size))
-    print(f"searching {len(candidates):,} layouts", flush=True)
+    hw = job.hardware
+    print(f"searching {len(candidates):,} layouts of {hw.nodes} node(s) x {hw.devices} devices",
+          flush=True)  # fmt: skip
     shared = dataclasses.replace(job, memo={})  # what layouts share (runner/memo.py)
     have, start = device_memory_gib(job.hardware), time.perf_counter()
     out = Searched([], [], Refusals({}, {}), 0.0)
