@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make run` and `make test`. Both create .venv when missing and
-# install the project into it; the install is redone whenever pyproject.toml or constraints.txt
-# changes.
+# install the project into it; the install is redone whenever pyproject.toml, setup.py or
+# constraints.txt changes.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench gpu-check lint install clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# constraints.txt pins torch==2.13.0, the CPU build on this machine's disk, not CUDA.

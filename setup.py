@@ -1,8 +1,11 @@
-"""The packages, which pyproject.toml alone cannot list: the code found by name, and the configs
-(conf/, experiments/) mapped into the package (pyproject.toml's package-dir and package-data)."""
+"""The packages, which pyproject.toml alone cannot list: the code found by name, the Hydra plugins
+(plugins/hydra_plugins, installed as Hydra's `hydra_plugins` namespace, where Hydra discovers
+them), and the configs (conf/, experiments/) mapped into the package (pyproject.toml's package-dir
+and package-data)."""
 
 from setuptools import find_namespace_packages, setup
 
-# Namespace packages too: hydra_plugins has no __init__.py (Hydra finds its plugins there by name).
-CODE = find_namespace_packages(include=["runner*", "plugins*", "hydra_plugins*"])
-setup(packages=[*CODE, "runner.conf", "runner.experiments"])
+# A namespace package: hydra_plugins has no __init__.py, and other distributions add to it.
+PLUGINS = find_namespace_packages(where="plugins", include=["hydra_plugins*"])
+setup(packages=[*find_namespace_packages(include=["runner*"]), *PLUGINS,
+                "runner.conf", "runner.experiments"])  # fmt: skip

@@ -1,8 +1,8 @@
-"""What keeping freed memory (runner/allocator.py, which every rank of the runner does) is worth:
-the hand-written loop (benchmarks/plain_loop.py, the default decoder, one process) with glibc's
-default malloc and with the runner's setting, in rounds as benchmarks/overhead.py runs its sides.
-Prints samples/s, minor page faults a step and peak resident memory of each, and their ratios.
-Not part of `make bench` (the runner's figures there already include it); 2 min here.
+"""What keeping freed memory (runner/launcher/allocator.py, which every rank of the runner does) is
+worth: the hand-written loop (benchmarks/plain_loop.py, the default decoder, one process) with
+glibc's default malloc and with the runner's setting, in rounds as benchmarks/overhead.py runs its
+sides. Prints samples/s, minor page faults a step and peak resident memory of each, and their
+ratios. Not part of `make bench` (the runner's figures there already include it); 2 min here.
 Usage: .venv/bin/python -m benchmarks.allocator [override ...]
 """
 
@@ -17,7 +17,7 @@ from statistics import median
 from benchmarks.common import ratio_line
 from benchmarks.overhead import JOB, Measured, ratio, rounds, show
 from benchmarks.plain_loop import config, samples_per_s, train
-from runner.allocator import keep_freed_memory
+from runner.launcher.allocator import keep_freed_memory
 
 ROUNDS = 6
 

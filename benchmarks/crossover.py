@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from benchmarks.common import QUIET, ratio_line, runner, training_runs
 from runner.metrics import STEP_TIME, prediction
-from runner.study_report import tie
+from runner.studies.report import tie
 
 
 def main() -> None:

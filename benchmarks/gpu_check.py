@@ -50,7 +50,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from benchmarks.common import QUIET, bounded, runner, training_runs
-from runner.cluster import free_port
+from runner.launcher.cluster import free_port
 from runner.metrics import (
     BUBBLE_MEASURED,
     BUBBLE_THEORY,

@@ -5,9 +5,9 @@ its timing and counting (`trainer.measure`) on and off, on 2 processes, where th
 MLflow's system metrics' cost: benchmarks/system_metrics.py.
 
 The loop is what a user would write: glibc's malloc as it comes. The runner's ranks keep freed
-memory for the next step (runner/allocator.py; worth ~5 %, benchmarks/allocator.py), so the raw
-ratio is what a user switching to the runner sees. This machine's speed also drifts by 5-15 %
-over tens of seconds (benchmarks/noise.py), more than the effects measured here. So the sides run
+memory for the next step (runner/launcher/allocator.py; worth ~5 %, benchmarks/allocator.py), so
+the raw ratio is what a user switching to the runner sees. This machine's speed also drifts by 5-15
+% over tens of seconds (benchmarks/noise.py), more than the effects measured here. So the sides run
 in rounds, one run each, back to back, their order turned every round, and each figure is the
 median over rounds of that round's ratio; the rounds' spread is printed too. Both sides also time
 the work itself (forward, loss, backward with its blocked all-reduce, optimizer): its share of the

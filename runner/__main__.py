@@ -1,6 +1,6 @@
-from runner import collector
+from runner.launcher import collector
 
-collector.pause()  # resumed once the job's imports are in (runner/collector.py)
+collector.pause()  # resumed once the job's imports are in (runner/launcher/collector.py)
 
 from runner.cli import main  # noqa: E402
 

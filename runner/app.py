@@ -9,7 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from runner import choices, collector
+from runner import choices
+from runner.launcher import collector
 from runner.validate import check, resolve_mesh
 
 # mode -> its module under runner/modes/, imported only when chosen (training imports torch).

@@ -18,15 +18,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner import open_sweep
-from runner.cluster import external_launcher, global_rank
 from runner.config import register_configs
 from runner.config_dirs import CONF_DIR
 from runner.errors import JobFailed, Stopped, SweepJobFailed
-from runner.lifeline import listen_to_ctrl_c
-from runner.preemption import EXIT_PREEMPTED, Preempted
+from runner.launcher.cluster import external_launcher, global_rank
+from runner.launcher.lifeline import listen_to_ctrl_c
+from runner.launcher.preemption import EXIT_PREEMPTED, Preempted
 from runner.quiet import quiet_third_parties
-from runner.study_list import RESOLVER, listed
+from runner.studies.catalog import RESOLVER, listed
+from runner.tracking import open_sweep
 from runner.validate import ConfigError
 
 EXIT_BAD_INPUT = 2
@@ -130,7 +130,7 @@ def main() -> None:
         fail(not_yaml(error))
     except BaseException as error:
         open_sweep.end_failed()  # a sweep that stopped part-way: FAILED, not RUNNING
-        if isinstance(error, Preempted):  # asked to stop (runner/preemption.py)
+        if isinstance(error, Preempted):  # asked to stop (runner/launcher/preemption.py)
             print(f"stopped: {error}; resume=auto continues its run", file=sys.stderr)
             raise SystemExit(EXIT_PREEMPTED) from None
         if isinstance(error, STOPPED):

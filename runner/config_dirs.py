@@ -1,7 +1,7 @@
 """Where the configs are: `conf/` (Hydra's groups) and `experiments/` (the studies) at the top of
 a checkout; inside the package (runner/conf, runner/experiments) where a wheel installed it
 (setup.py maps them there). A user's own ./conf and ./experiments, in the folder a command runs
-from, come before both (hydra_plugins/runner_studies)."""
+from, come before both (plugins/hydra_plugins/runner_studies)."""
 
 from __future__ import annotations
 

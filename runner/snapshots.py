@@ -42,9 +42,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from runner.errors import ConfigError, require
+from runner.launcher.preemption import Preempted
 from runner.layouts.layout import layout_of
 from runner.mesh import mesh_of
-from runner.preemption import Preempted
 
 MARK = "runner.json"
 # The format whose tensors are keyed by the whole model's names; snapshots written before it kept
@@ -251,7 +251,9 @@ class Snapshots(pl.Callback):
                 # Raised once Lightning has logged the step's figures (after this hook): the
                 # run keeps the loss of the step whose snapshot failed.
                 self.failed = error
-        if stop and self.failed is None:  # asked to stop (runner/preemption.py): now, so written
+        if (
+            stop and self.failed is None
+        ):  # asked to stop (runner/launcher/preemption.py): now, so written
             self.failed = Preempted(step)
 
     def on_train_batch_start(self, *_: Any) -> None:

@@ -15,7 +15,6 @@ import os
 from omegaconf import DictConfig
 
 from runner.choices import MODES
-from runner.cluster import external_launcher, started_processes, world_size
 from runner.config import check_known_keys
 from runner.config.data import check_data
 from runner.config.example import check_example
@@ -33,6 +32,7 @@ from runner.config.trainer import (
 )
 from runner.errors import ConfigError, one_of, require
 from runner.job import Job, resolve_job
+from runner.launcher.cluster import external_launcher, started_processes, world_size
 from runner.layouts.rules import batch_for_plan, check_layout
 from runner.mesh import DIMS, Mesh, resolve, shown_dims
 from runner.network.emulation import check_emulation

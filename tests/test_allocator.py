@@ -1,4 +1,4 @@
-"""Freed memory kept for the next step (runner/allocator.py)."""
+"""Freed memory kept for the next step (runner/launcher/allocator.py)."""
 
 import json
 import platform
@@ -15,7 +15,7 @@ from tests.helpers.jobs import compose_job
 # blocks (a step's activations) are freed. Read with mallinfo2 (glibc 2.33+).
 BLOCKS = """
 import ctypes, json, sys, torch
-from runner.allocator import keep_freed_memory
+from runner.launcher.allocator import keep_freed_memory
 FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
 class Info(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in FIELDS.split()]

@@ -139,7 +139,10 @@ BAD = [
     (["trainer.grad_reduce=bf16"], "trainer.grad_reduce: bf16 sums 16-bit weights' gradients"),
     (["mode=search", "hardware=dgx_h100", "search.objective=fast"], "search.objective: 'fast'"),
     (["mode=search", "hardware=dgx_h100", "search.tp=[0]"], "search.tp: sizes must be positive"),
-    (["mode=search", "hardware=h100"], "hardware.devices: mode=search chooses the mesh over a node"),
+    (
+        ["mode=search", "hardware=h100"],
+        "hardware.devices: mode=search chooses the mesh over a node",
+    ),
     (["trainer.precision=16-mixed"], "runs on GPUs only"),
     (["parallel=pipeline", "hardware.devices=2", "trainer.compile=true"], "trainer.compile"),
     (["parallel=fsdp", "hardware.devices=2", "parallel.shard=zero3"], "optimizer, gradients, full"),

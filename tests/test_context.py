@@ -109,20 +109,20 @@ def test_the_ring_moves_what_its_steps_send() -> None:
     out = planned(*LLAMA_405B)
     assert out["comm_bytes_per_step"]["cp"] == expected
     # the ring runs beside attention's products: all of it hidden but every block's last
-    # exchange of gradients, which nothing computes beside
+    # exchange of gradients, which nothing computes beside (the seconds themselves:
+    # tests/regression/planner.yaml)
     hidden, shown = out["comm_hidden_s"]["cp"], out["comm_time_s"]["cp"]
-    assert (round(hidden, 2), round(shown, 2)) == (1.03, 0.03)
+    assert 0 < shown < hidden / cp
 
 
 def test_the_405b_at_131k_tokens_outgrows_a_gpu_in_llamas_layout_but_not_in_the_searched_one() -> (
     None
 ):
-    """docs/planner.md: Llama's layout, fully recomputed, peaks at 104.1 GiB a device in this
-    runner (81.4 of activations, 16.0 of them the ring's working set); 1,046 GiB of activations
-    without context parallelism; the layout mode=search puts first, 39.6 GiB."""
+    """docs/planner.md: Llama's layout, fully recomputed, peaks above an H100's 80 GB in this
+    runner; without context parallelism its activations grow more than tenfold; the layout
+    mode=search puts first fits (the GiB themselves: tests/regression/planner.yaml)."""
     llama = planned(*LLAMA_405B)["mem_per_device_gib"]
     without = planned(*LLAMA_405B, "parallel.cp=1", "hardware.nodes=128")["mem_per_device_gib"]
     searched = planned(*LLAMA_405B, *SEARCHED)["mem_per_device_gib"]
-    assert (round(llama["total"], 1), round(llama["activations"], 1)) == (104.1, 81.4)
-    assert round(without["activations"]) == 1046
-    assert round(searched["total"], 1) == 39.6
+    assert searched["total"] < 80 < llama["total"]
+    assert without["activations"] > 10 * llama["activations"]

@@ -8,7 +8,7 @@ import pytest
 from hydra.utils import instantiate
 from mlflow import MlflowClient
 
-from runner.cluster import free_port
+from runner.launcher.cluster import free_port
 from runner.snapshots import complete
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import DP2, QUICK, compose_job, train
@@ -200,7 +200,7 @@ def test_under_torchrun_two_nodes_train_as_one_job_without_a_new_launch(
 def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
     from types import SimpleNamespace
 
-    from runner.launch import root_failure
+    from runner.launcher.launch import root_failure
 
     peer = SimpleNamespace(exitcode=1, timestamp=100, message="read error")  # broken connection
     killed = SimpleNamespace(exitcode=-9, timestamp=101, message="")  # noticed a moment later
@@ -217,7 +217,7 @@ def test_the_killed_rank_is_named_not_the_peer_that_saw_it_die() -> None:
 def test_a_ranks_error_is_named_in_one_line() -> None:
     from types import SimpleNamespace
 
-    from runner.launch import root_failure
+    from runner.launcher.launch import root_failure
 
     # An error raised in a DDP hook's callback: torch appends the Python frames it came from.
     error = {"message": "RuntimeError: pair closure\n\nAt:\n  default_hooks.py(31): <lambda>\n"}

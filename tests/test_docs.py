@@ -190,7 +190,8 @@ def overrides(cmd: Command) -> dict[str, str]:
 
 def expected_exit(cmd: Command) -> int:
     """A command that injects a fault (a `fault.` key other than its step) exits with 1; one told
-    to stop (fault.preempt_at_step) with 3, resumable (runner/preemption.py); any other with 0."""
+    to stop (fault.preempt_at_step) with 3, resumable (runner/launcher/preemption.py); any other
+    with 0."""
     faults = {
         k for k, v in overrides(cmd).items()
         if k.startswith("fault.") and k != "fault.at_step" and v != "null"

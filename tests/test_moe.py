@@ -216,8 +216,6 @@ def test_a_mixtral_class_model_fits_with_its_experts_placed_and_not_without() ->
     assert out["comm_bytes_per_step"]["ep"] == 8 * 4096 * 4096 * 32 * 3 * (4 + 2)
     switch = planned(*MIXTRAL, "model.capacity_factor=1.25")["comm_bytes_per_step"]["ep"]
     assert switch == 8 * 5120 * 4096 * 32 * 3 * (4 + 2)
-    memory = out["mem_per_device_gib"]  # regression values, docs/planner.md's
-    assert (round(memory["total"], 1), round(memory["weights"], 1)) == (46.1, 20.6)
-    assert round(memory["activations"], 1) == 11.2
-    assert round(planned(*MIXTRAL[:-5], "parallel.ep=1", *MIXTRAL[-4:])["mem_per_device_gib"][
-        "total"]) == 216  # fmt: skip
+    # the GiB themselves, docs/planner.md's: tests/regression/planner.yaml
+    everywhere = planned(*MIXTRAL[:-5], "parallel.ep=1", *MIXTRAL[-4:])["mem_per_device_gib"]
+    assert out["mem_per_device_gib"]["total"] < 80 < everywhere["total"]

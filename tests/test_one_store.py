@@ -1,5 +1,5 @@
-"""Several writers to one SQLite store (runner/tracking.py): runs and a sweep started at the same
-moment against a store that does not exist yet all end FINISHED with every metric."""
+"""Several writers to one SQLite store (runner/tracking/store.py): runs and a sweep started at the
+same moment against a store that does not exist yet all end FINISHED with every metric."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from tests.helpers.records import all_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPPORTED = ["3.11", "3.12", "3.13"]
-SOURCES = ["runner", "plugins", "hydra_plugins", "benchmarks", "tests"]
+SOURCES = ["runner", "plugins", "benchmarks", "tests"]
 
 
 def _project() -> dict:
@@ -96,7 +96,7 @@ def _installed_without_the_source(tmp_path: Path) -> Path:
     """A wheel built from a copy of the sources, installed (not editable) into a fresh target: a
     folder that holds the package and nothing of the repository."""
     source = tmp_path / "source"
-    for part in ("runner", "plugins", "hydra_plugins", "conf", "experiments"):
+    for part in ("runner", "plugins", "conf", "experiments"):
         shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / part, source / part)
@@ -124,6 +124,11 @@ def test_a_wheel_installed_into_a_fresh_environment_runs_from_any_directory(
     assert (site / "runner" / "conf" / "config.yaml").is_file()
     assert (site / "runner" / "experiments" / "seed_neuron.yaml").is_file()
     assert not (site / "conf").exists() and not (site / "experiments").exists()
+    # The Hydra plugins in Hydra's namespace, where it discovers them; no package named plugins
+    plugins = {"runner_sweeper", "runner_studies", "runner_slurm", "runner_mlflow_sweep"}
+    assert plugins <= {p.name for p in (site / "hydra_plugins").iterdir()}
+    assert not (site / "hydra_plugins" / "__init__.py").exists()  # a namespace others add to
+    assert not (site / "plugins").exists()
     # A fresh environment: the installed package first, this one's dependencies after it, and no
     # repository on the path (the working folder is elsewhere).
     elsewhere = tmp_path / "elsewhere"

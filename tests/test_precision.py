@@ -261,7 +261,7 @@ print(memory.peak_gib() * GIB, sum(p.numel() * 4 for p in model.parameters()))
 def test_peak_memory_counts_the_weights_and_what_training_adds() -> None:
     """On a CPU: the parameters held at the start, and the resident peak grown since. In a
     process of its own: in this one, memory that earlier tests freed and malloc kept resident
-    (runner/allocator.py) would take the block without growing the peak."""
+    (runner/launcher/allocator.py) would take the block without growing the peak."""
     done = subprocess.run([sys.executable, "-c", PEAK_OF_A_BLOCK], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     peak, weights = map(float, done.stdout.split())

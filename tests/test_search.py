@@ -101,20 +101,31 @@ def test_the_pareto_front_has_no_layout_faster_and_smaller() -> None:
     assert all(beaten(p) or (p.step_time_s, p.memory_gib) in points for p in fitting)
 
 
+# The bound every row of Table 1 meets: the published mesh's step time, at its best layout,
+# against the fastest layout's of the default grid. Three rows miss the 5 % target (7.5 B +9.3 %,
+# 18.4 B +14.3 %, 1,008 B +5.2 %; docs/planner.md says why); every other is within it.
+EVERY_ROW = 1.15
+WITHIN_5 = {1.7, 3.6, 39.1, 76.1, 145.6, 310.1, 529.6}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("row", [TABLE_1[0], TABLE_1[5]], ids=lambda r: f"{r.params_b}B")
-def test_megatron_lms_published_mesh_is_among_the_best_5_percent(row) -> None:
-    """Narayanan et al. 2021, Table 1: the published t x p x d, at its best layout, plans within
-    5 % of the fastest layout of the default grid (benchmarks/search.py has every row). Not its
-    rank among the meshes that fit: how many fit moves with what the grid holds (context
-    parallelism beside sequence parallelism fits 100 more here, 3 of them ahead)."""
-    args = [o for o in overrides(row) if not o.startswith(("parallel.", "mode="))]
-    fitting = ranked(searched(*args).priced, "time")
-    published = (row.gpus // (row.tp * row.pp), 1, row.pp, row.tp)
-    (mine, *_) = [
-        p for p in fitting if (p.layout.dp, p.layout.cp, p.layout.pp, p.layout.tp) == published
-    ]
-    assert mine.step_time_s <= 1.05 * fitting[0].step_time_s, (mine.layout, fitting[0].layout)
+def test_megatron_lms_published_meshes_plan_near_the_best_of_the_grid() -> None:
+    """Narayanan et al. 2021, Table 1, every row: the published t x p x d, at its best layout,
+    plans within 15 % of the fastest layout of the default grid, and within 5 % on the rows
+    docs/planner.md names (benchmarks/search.py prints them all). Not its rank among the meshes
+    that fit: how many fit moves with what the grid holds (context parallelism beside sequence
+    parallelism fits 100 more here, 3 of them ahead)."""
+    slower = {}
+    for row in TABLE_1:
+        args = [o for o in overrides(row) if not o.startswith(("parallel.", "mode="))]
+        fitting = ranked(searched(*args).priced, "time")
+        published = (row.gpus // (row.tp * row.pp), 1, row.pp, row.tp)
+        (mine, *_) = [
+            p for p in fitting if (p.layout.dp, p.layout.cp, p.layout.pp, p.layout.tp) == published
+        ]
+        slower[row.params_b] = mine.step_time_s / fitting[0].step_time_s
+    assert max(slower.values()) <= EVERY_ROW, slower
+    assert {b for b, s in slower.items() if s <= 1.05} == WITHIN_5, slower
 
 
 @pytest.mark.slow

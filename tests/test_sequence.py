@@ -99,9 +99,9 @@ def test_the_planner_splits_what_lies_between_the_split_layers(recompute: str) -
 
 
 def test_sequence_parallelism_lowers_gpt3s_peak_on_an_h100() -> None:
-    """docs/planner.md's plan: 78.4 GiB a device at its peak without it (98 % of an H100), 54.8
-    GiB with it; the step 2.222 s and 2.187 s, each stage sending the next an eighth of what it
-    did."""
+    """docs/planner.md's plan: nearly all of an H100 at its peak without it, less with it, and a
+    shorter step, each stage sending the next an eighth of what it did (the GiB and seconds
+    themselves: tests/regression/planner.yaml)."""
     totals, predicted = {}, {}
     for sp in (False, True):
         cfg, _ = compose_job(
@@ -110,11 +110,11 @@ def test_sequence_parallelism_lowers_gpt3s_peak_on_an_h100() -> None:
             "trainer.recompute=selective", f"parallel.sequence_parallel={sp}",
         )  # fmt: skip
         validate.validate(cfg)
-        totals[sp] = round(memory_per_device_gib(resolve_job(cfg))["total"], 1)
+        totals[sp] = memory_per_device_gib(resolve_job(cfg))["total"]
         predicted[sp] = predict(resolve_job(cfg))
-    assert totals == {False: 78.4, True: 54.8}
-    steps = [round(predicted[sp]["pred/step_time_s"], 3) for sp in (False, True)]
-    assert steps == [2.222, 2.187]
+    assert totals[True] < totals[False] < 80
+    step = "pred/step_time_s"
+    assert predicted[True][step] < predicted[False][step]
     pp = "pred/comm_bytes_per_step/pp"
     tied, _ = tied_share(resolve_job(cfg))  # the embedding's sum, which sp does not split
     assert predicted[True][pp] - tied == pytest.approx((predicted[False][pp] - tied) / 8)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runner.cluster import free_port
+from runner.launcher.cluster import free_port
 from tests.helpers.jobs import QUICK, train
 from tests.helpers.one_node_slurm import (
     Unavailable,

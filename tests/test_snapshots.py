@@ -11,7 +11,7 @@ import pytest
 from runner import validate
 from runner.errors import JobFailed
 from runner.snapshots import SafeUnpickler, find, identity, moved
-from runner.tracking import RESUMED_FROM
+from runner.tracking.store import RESUMED_FROM
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
 from tests.helpers.records import (

@@ -1,6 +1,6 @@
-"""A study's answer on its sweep's parent run (runner/study_report.py), from jobs whose figures are
-known: the paragraph's numbers are the runs', a prediction is held against each, and the jobs that
-failed or do not fit are named, in the table, the charts and the terminal's last lines."""
+"""A study's answer on its sweep's parent run (runner/studies/report.py), from jobs whose figures
+are known: the paragraph's numbers are the runs', a prediction is held against each, and the jobs
+that failed or do not fit are named, in the table, the charts and the terminal's last lines."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from omegaconf import OmegaConf
 
 from runner.config.study import StudyConfig
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, LOST_STEPS, PLAN_FITS, THROUGHPUT
-from runner.study_report import tie
-from runner.sweep_run import end_parent, start_parent
-from runner.tracking import NESTED_TAG
+from runner.studies.report import tie
+from runner.tracking.store import NESTED_TAG
+from runner.tracking.sweep_run import end_parent, start_parent
 
 STUDY = StudyConfig(
     question="How does the bubble fall with micro-batches?",

@@ -1,13 +1,13 @@
-"""The sweeper that composes each set of group choices once (hydra_plugins/runner_sweeper) hands
-every job the config Hydra itself composes for it."""
+"""The sweeper that composes each set of group choices once (plugins/hydra_plugins/runner_sweeper)
+hands every job the config Hydra itself composes for it."""
 
 import pytest
 from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
+from hydra_plugins.runner_sweeper import ComposedOnce
 from omegaconf import OmegaConf
 
-from hydra_plugins.runner_sweeper import ComposedOnce
 from runner.config import register_configs
 from runner.config_dirs import CONF_DIR
 

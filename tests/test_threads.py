@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.threads import this_rank_threads, threads_per_rank
+from runner.launcher.threads import this_rank_threads, threads_per_rank
 
 ROOT = Path(__file__).resolve().parents[1]
 EIGHT = set(range(8))
@@ -48,7 +48,7 @@ def test_a_process_bound_below_its_parent_takes_its_binding() -> None:
         pytest.skip("one core: a binding below this process's cannot be made")
     # The child binds itself below this process, its parent, as a launcher would have bound it.
     code = (
-        "import os; from runner.threads import this_rank_threads; "
+        "import os; from runner.launcher.threads import this_rank_threads; "
         f"os.sched_setaffinity(0, {{{cores[0]}}}); print(this_rank_threads(1))"
     )
     ran = subprocess.run(

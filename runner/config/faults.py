@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from runner.choices import BACKENDS
-from runner.cluster import world_size
 from runner.errors import one_of, require
+from runner.launcher.cluster import world_size
 
 
 @dataclass
@@ -20,7 +20,7 @@ class FaultConfig:
     at_step: int | None = None  # ... when it starts this optimizer step
     disk_full_at_step: int | None = None  # the snapshot at this step fails: no space left
     # SIGUSR1 to every rank when this step starts, as SLURM warns of a time limit or a
-    # preemption: the job snapshots and stops, to be resumed (runner/preemption.py)
+    # preemption: the job snapshots and stops, to be resumed (runner/launcher/preemption.py)
     preempt_at_step: int | None = None
 
 

@@ -1,6 +1,6 @@
 """A study's own block (`study:` in an experiments/ file): the question it asks, what is expected,
 and what answers it: the swept key on the x-axis, the figures compared, and the line each is held
-against. The grid itself stays Hydra's (`hydra.sweeper.params`); runner/study_report.py writes the
+against. The grid itself stays Hydra's (`hydra.sweeper.params`); runner/studies/report.py writes the
 answer on the sweep's parent run. And its rules: every name is a key of the config or a metric the
 runner logs, so a misspelt study fails before anything runs.
 """
@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import one_of, require
 from runner.metrics import registered
-from runner.study_lines import FORMULAS
+from runner.studies.lines import FORMULAS
 
 
 @dataclass
@@ -28,7 +28,7 @@ class StudyConfig:
     # Metrics of runner/metrics.py (docs/measurement.md): a table column and a chart each
     figures: list[str] = field(default_factory=list)
     # figure -> the line to hold it against: a metric of the same run (pred/step_time_s,
-    # bubble_fraction_theory) or a formula of runner/study_lines.py (ideal_scaling, same)
+    # bubble_fraction_theory) or a formula of runner/studies/lines.py (ideal_scaling, same)
     predicted: dict[str, str] = field(default_factory=dict)
     # "lowest cost_usd" or "highest mfu": the answer names the job that does best by one figure
     best: str | None = None

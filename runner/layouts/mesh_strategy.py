@@ -24,9 +24,9 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from runner.cluster import bind_gloo_to_loopback
 from runner.compat.device_mesh import flattened
 from runner.job import reshards_after_forward, resolved_shard
+from runner.launcher.cluster import bind_gloo_to_loopback
 from runner.layouts.context.split import ContextSplit, context_of
 from runner.layouts.data.replicate import Replication
 from runner.layouts.expert.split import ExpertSplit
@@ -59,7 +59,7 @@ class MeshStrategy(DDPStrategy, Layout):
         param_gather: str = "forward",  # the distributed optimizer's (runner/job.py)
         **kw: Any,
     ) -> None:
-        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        # The runner launches the processes itself (runner.launcher.launch), or torchrun/SLURM does.
         super().__init__(start_method="popen", **kw)
         self.shape = shape
         self.split = TensorSplit(parallelize, shape.tp, sequence)

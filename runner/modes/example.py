@@ -131,7 +131,7 @@ def run(
 ) -> dict[str, float]:
     from hydra.utils import instantiate
 
-    from runner.job_run import recorded_run
+    from runner.tracking.job_run import recorded_run
 
     with recorded_run(cfg, choices, overrides) as record:
         figures = EXAMPLES[cfg.example.name](instantiate(cfg.model, _convert_="all"), cfg.example)

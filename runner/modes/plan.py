@@ -137,7 +137,7 @@ def _parts(by_component: Mapping[str, int]) -> str:
 def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    from runner.cluster import world_size
+    from runner.launcher.cluster import world_size
 
     out = figures(cfg, job)
     # The answer first, then the record: opening the store (importing MLflow, its database) costs
@@ -145,8 +145,8 @@ def run(
     print(table(cfg, out), flush=True)
     if cfg.plan.json:
         print(json.dumps(out), flush=True)
-    from runner.job_run import recorded_run
-    from runner.tracking import flat_metrics
+    from runner.tracking.job_run import recorded_run
+    from runner.tracking.store import flat_metrics
 
     with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:
         record.log_metrics(flat_metrics(out))

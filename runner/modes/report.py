@@ -32,7 +32,7 @@ from runner.metrics import (
     STEP_TIME,
     prediction,
 )
-from runner.tracking import client_of, experiment_id
+from runner.tracking.store import client_of, experiment_id
 
 # measured metric -> its prediction
 FIGURES = {
@@ -199,7 +199,7 @@ def picture(runs: list[MlflowRun], result: Mapping[str, float]) -> Figure:
 def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    from runner.job_run import recorded_run
+    from runner.tracking.job_run import recorded_run
 
     client = client_of(cfg.logger.tracking_uri)
     sweep, runs = sweep_runs(client, cfg)

@@ -141,9 +141,9 @@ def record(cfg: DictConfig, choices: Mapping[str, str | None], overrides: list[s
            found: Searched, fitting: list[Priced], have: float) -> None:  # fmt: skip
     from mlflow.entities import Param
 
-    from runner.cluster import world_size
-    from runner.job_run import recorded_run
+    from runner.launcher.cluster import world_size
     from runner.search.chart import chart
+    from runner.tracking.job_run import recorded_run
 
     metrics = {SEARCH_LAYOUTS.name: found.total, SEARCH_SECONDS.name: found.seconds,
                SEARCH_FIT.name: len(fitting), SEARCH_BY_RULES.name: found.refusals.total,

@@ -1,5 +1,5 @@
 """mode=train: open the run, then train in this process (one device, or one rank that torchrun or
-SLURM started) or start the job's processes (runner/launch.py); a resumed run continues its
+SLURM started) or start the job's processes (runner/launcher/launch.py); a resumed run continues its
 snapshot's MLflow run.
 
 The ranks run in other processes: each is handed the resolved config as a plain container and
@@ -14,8 +14,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner import collector
-from runner.cluster import (
+from runner.job import Job
+from runner.launcher import collector
+from runner.launcher.cluster import (
     LOOPBACK,
     bind_gloo_to_loopback,
     exit_on_sigterm,
@@ -23,8 +24,7 @@ from runner.cluster import (
     global_rank,
     world_size,
 )
-from runner.fork_server import start_fork_server
-from runner.job import Job
+from runner.launcher.fork_server import start_fork_server
 
 
 def run(
@@ -36,8 +36,8 @@ def run(
         bind_gloo_to_loopback()
         start_fork_server()
     # MLflow and torch: seconds, after the server has started
-    from runner.job_run import recorded_run
-    from runner.launch import in_process, rank_main, spawn
+    from runner.launcher.launch import in_process, rank_main, spawn
+    from runner.tracking.job_run import recorded_run
 
     if launches:  # the launcher's imports are in (a rank resumes it after its own: launch.py)
         collector.resume()

@@ -4,9 +4,9 @@ A layout is the mesh (dp x pp x cp x tp on a node count, ep of the dp ranks), th
 the schedule and its virtual stages, the sharding level, recomputation and sequence parallelism.
 Choices that make no difference are not multiplied out: one schedule without a pipeline, no
 sharding level without replicas, ZeRO-1 or ZeRO-2 (one runs as the other), sequence parallelism
-only with tp > 1, virtual stages only for the schedules that interleave them. Each layout is checked by the very rules a run or a plan
-meets (runner/layouts/rules.py and the trainer's), on a plain copy of the config: a refusal is
-counted under the key it names, with its first message.
+only with tp > 1, virtual stages only for the schedules that interleave them. Each layout is
+checked by the very rules a run or a plan meets (runner/layouts/rules.py and the trainer's), on a
+plain copy of the config: a refusal is counted under the key it names, with its first message.
 """
 
 from __future__ import annotations

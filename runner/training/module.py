@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from runner import preemption
+from runner.launcher import preemption
 from runner.losses import LOSSES, on_shards, replicated, sharded
 from runner.metrics import TRAIN_LOSS, VAL_LOSS
 from runner.optimizers import OPTIMIZERS, options

@@ -1,12 +1,12 @@
-"""What every rank imports, imported once in the fork server that forks the ranks (runner/launch.py)
-rather than again in each rank: torch, Lightning, the layouts' strategies, the runner's models
-(by the registry, so this module names none), the data sets' readers, and what rank 0 records
-with (MLflow's store, matplotlib's image writers). Measured on a data-parallel job of 2 ranks:
-1.7 s of each job's rank 0 went to imports the server had not made (scikit-learn, the email
-package that looking up a package's version loads, the SQLite dialect, PIL's image plugins).
-Importing this module does it.
+"""What every rank imports, imported once in the fork server that forks the ranks
+(runner/launcher/launch.py) rather than again in each rank: torch, Lightning, the layouts'
+strategies, the runner's models (by the registry, so this module names none), the data sets'
+readers, and what rank 0 records with (MLflow's store, matplotlib's image writers). Measured on a
+data-parallel job of 2 ranks: 1.7 s of each job's rank 0 went to imports the server had not made
+(scikit-learn, the email package that looking up a package's version loads, the SQLite dialect,
+PIL's image plugins). Importing this module does it.
 
-The collector is paused while the server imports (runner/collector.py says why). Then every
+The collector is paused while the server imports (runner/launcher/collector.py says why). Then every
 object made so far is frozen out of its sight (gc.freeze, as
 Python's gc docs advise before forking): a rank's first full collection would otherwise walk the
 server's millions of objects, writing to each one's header and so copying its memory page into
@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from runner import collector
+from runner.launcher import collector
 from runner.models.registry import SPECS
 
 MODULES = (

@@ -23,15 +23,17 @@ from pytorch_lightning.loggers import MLFlowLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import DataLoader
 
-from runner import layouts, preemption
-from runner.allocator import keep_freed_memory
-from runner.cluster import exit_on_sigterm, global_rank, world_size
+from runner import layouts
 from runner.compat.lightning import replace_sigterm_handling
 from runner.compat.process_group import set_default_timeout
 from runner.config.hardware import processes_per_host
 from runner.config.logger import store_uri
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
+from runner.launcher import preemption
+from runner.launcher.allocator import keep_freed_memory
+from runner.launcher.cluster import exit_on_sigterm, global_rank, world_size
+from runner.launcher.threads import this_rank_threads
 from runner.layouts.strategy import strategy
 from runner.mesh import TRAFFIC_DIMS, mesh_of
 from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
@@ -43,7 +45,6 @@ from runner.planner.failures import priced
 from runner.precision import precision_of
 from runner.quiet import quiet_third_parties
 from runner.snapshots import Snapshots, continues
-from runner.threads import this_rank_threads
 from runner.training.callbacks.faults import FaultInjection, Progress
 from runner.training.callbacks.progress_bar import ProgressBar
 from runner.training.callbacks.rank_timing import LOOP_TIME, LoopTiming, RankTiming, combine
@@ -57,7 +58,7 @@ def set_process(cfg: DictConfig) -> None:
     """Threads per rank, unless hardware.threads_per_rank says: the cores a launcher bound this
     rank to (torchrun, srun --cpu-bind), else cores / ranks on this host (on an emulated network,
     every node's); on a crowded CPU timings mean nothing. And malloc keeping what a step frees for
-    the next (runner/allocator.py)."""
+    the next (runner/launcher/allocator.py)."""
     quiet_third_parties()
     hw = cfg.hardware
     threads = hw.threads_per_rank or this_rank_threads(processes_per_host(hw))
@@ -152,7 +153,7 @@ def cluster_environment() -> list[Any]:
     one task, whose ranks the runner starts): Lightning would take SLURM's one task for the job.
     Under srun, Lightning's SLURM environment without its own requeue: it would answer the time
     limit's signal with a checkpoint and a requeue of its own, beside the runner's
-    (runner/preemption.py)."""
+    (runner/launcher/preemption.py)."""
     from pytorch_lightning.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     if TorchElasticEnvironment.detect():
@@ -218,8 +219,8 @@ def build_trainer(
 
 
 def end_on_sigterm(trainer: pl.Trainer) -> None:
-    """A rank that gets SIGTERM ends (runner.cluster.exit_on_sigterm), where Lightning would
-    broadcast rank 0's flag before every step (runner/compat/lightning.py says why not). Every
+    """A rank that gets SIGTERM ends (runner.launcher.cluster.exit_on_sigterm), where Lightning
+    would broadcast rank 0's flag before every step (runner/compat/lightning.py says why not). Every
     rank of a runner job gets SIGTERM itself, so no rank needs rank 0's flag."""
     replace_sigterm_handling(trainer, exit_on_sigterm)
 

@@ -9,16 +9,16 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from runner.cluster import world_size
 from runner.data import Splits
 from runner.job import Job, resolve_job
+from runner.launcher.cluster import world_size
 from runner.layouts.pipeline import step_table
 from runner.mesh import mesh_of
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, MFU, STEP_TIME, THROUGHPUT
-from runner.pictures import Span, rank_timeline
 from runner.planner import mfu, predict
 from runner.stragglers import TAG, straggler
-from runner.tracking import Run, client_of
+from runner.tracking.pictures import Span, rank_timeline
+from runner.tracking.store import Run, client_of
 from runner.training.sampled_profile import merged_trace
 
 

@@ -1,8 +1,8 @@
 """`python -m runner ARGS` run by the test's own process: the command line's entry point
 (runner.cli.main), its exit code and its output, without the seconds a new process spends
 importing torch, Lightning, MLflow and Hydra. A job of several processes forks its ranks from the
-runner's fork server (runner/launch.py), which the first such job starts and every later one
-reuses: its imports, too, are paid once a session.
+runner's fork server (runner/launcher/launch.py), which the first such job starts and every later
+one reuses: its imports, too, are paid once a session.
 
 What a run leaves in a process is put back after each call: Hydra's global state, the logging
 handlers Hydra's job logging bound to this call's output, the environment, the working folder and

@@ -33,7 +33,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 
 def copy_of_the_repository(dest: Path) -> Path:
     """The code and the configs, for commands that must run the code as a document shows it."""
-    for part in ("runner", "plugins", "hydra_plugins", "benchmarks", "conf", "experiments"):
+    for part in ("runner", "plugins", "benchmarks", "conf", "experiments"):
         if (REPOSITORY / part).exists():
             shutil.copytree(REPOSITORY / part, dest / part, symlinks=True)
     return dest

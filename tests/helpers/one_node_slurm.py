@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runner.lifeline import die_with_parent
+from runner.launcher.lifeline import die_with_parent
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scontrol")
 START_S = 60  # the daemons answer in a few seconds here

@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from runner.cluster import free_port
+from runner.launcher.cluster import free_port
 
 SERVER_START_S = 180  # an MLflow server answers after about 25 s here; CI may be slower
 

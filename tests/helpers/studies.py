@@ -14,8 +14,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner.config_dirs import EXPERIMENTS_DIR
-from runner.study_lines import FORMULAS
-from runner.study_report import chart_name, shown_in
+from runner.studies.lines import FORMULAS
+from runner.studies.report import chart_name, shown_in
 from tests.helpers.in_process import Cli
 from tests.helpers.records import all_runs
 

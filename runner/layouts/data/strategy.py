@@ -24,6 +24,6 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> DDPStrategy:
         bucket_cap_mb=cfg.parallel.bucket_cap_mb,
         # Buffers (the decoder's fixed positions) are equal on every rank: no broadcast per step.
         broadcast_buffers=False,
-        # The runner launches the processes itself (runner.launch), or torchrun/SLURM does.
+        # The runner launches the processes itself (runner.launcher.launch), or torchrun/SLURM does.
         start_method="popen",
     )

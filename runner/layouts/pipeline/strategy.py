@@ -24,9 +24,10 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.tensor import DTensor
 
-from runner import clock, preemption
+from runner import clock
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
+from runner.launcher import preemption
 from runner.layouts.context.split import context_of
 from runner.layouts.mesh_strategy import MeshStrategy
 from runner.layouts.pipeline.probe import PipelineTrace
@@ -205,8 +206,8 @@ class PipelineStrategy(MeshStrategy):
         return loss, [Transfer("", "all-reduce", start, clock.stamp())]
 
     def _agree_on_stop(self) -> Transfer:
-        """Whether any rank was asked to stop (runner/preemption.py), agreed by every rank: the
-        schedule has no mean over ranks of its own to carry it."""
+        """Whether any rank was asked to stop (runner/launcher/preemption.py), agreed by every
+        rank: the schedule has no mean over ranks of its own to carry it."""
         start = clock.stamp()
         stop = torch.full((), float(preemption.requested()), device=self.root_device)
         dist.all_reduce(stop)

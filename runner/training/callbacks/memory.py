@@ -8,9 +8,9 @@ the parameters the rank held then. So both count the weights, and what training 
 gradients, optimizer state, activations, workspace. Elsewhere (no /proc) nothing is measured.
 
 Resident memory is the allocator's footprint, not what tensors hold: glibc keeps what was freed
-(runner/allocator.py) and cannot always reuse it, so a step that allocates and frees buffers of
-many sizes (FSDP's gathered weights and gradients) grows it beyond what it ever held at once
-(measured: a 13.7 M-parameter decoder sharded over 2 ranks held 100 MiB less than under DDP and
+(runner/launcher/allocator.py) and cannot always reuse it, so a step that allocates and frees
+buffers of many sizes (FSDP's gathered weights and gradients) grows it beyond what it ever held at
+once (measured: a 13.7 M-parameter decoder sharded over 2 ranks held 100 MiB less than under DDP and
 grew resident memory 90 MiB more). `peak_allocated_gib` is the CPU's counterpart of CUDA's peak:
 malloc's bytes in use (glibc's mallinfo2), sampled where a step's holdings change (the end of
 forward and of backward, each Linear layer's backward as it begins, every data-parallel

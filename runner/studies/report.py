@@ -26,9 +26,9 @@ from runner.metrics import (
     SECONDS,
     registered,
 )
-from runner.pictures import Figure
-from runner.study_lines import FORMULAS
-from runner.tracking import children, option_tag
+from runner.studies.lines import FORMULAS
+from runner.tracking.pictures import Figure
+from runner.tracking.store import children, option_tag
 from runner.units import BYTE_UNITS
 
 MISSING = "-"

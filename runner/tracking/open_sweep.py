@@ -1,6 +1,6 @@
 """The sweep this process has open, if any, so that the command line can end it FAILED when the
 sweep stops part-way (bad input, Ctrl-C, a failed job) without importing MLflow to find out:
-runner/sweep_run.py registers how to end it while it is open. Imports nothing heavy."""
+runner/tracking/sweep_run.py registers how to end it while it is open. Imports nothing heavy."""
 
 from __future__ import annotations
 

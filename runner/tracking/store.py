@@ -1,12 +1,13 @@
 """The MLflow store: the runner owns each run (creates it, names it, ends it) through MlflowClient.
 
-A job's run is opened and ended by runner/job_run.py, a sweep's parent run by runner/sweep_run.py;
-this module is what both use: the store's client, its experiments, a run's name, tags and params,
-and who holds a run open. A process killed outright (SIGKILL: the OOM killer, a scheduler's hard
-kill) ends nothing: each run carries its owner (host, process id and start time), and a run left
-RUNNING by a process of this host that no longer exists is marked FAILED, with why, the next time
-the runner opens a run in that experiment. A sweep's parent run id reaches its jobs through an
-environment variable, so that any launcher that inherits the environment nests its children.
+A job's run is opened and ended by runner/tracking/job_run.py, a sweep's parent run by
+runner/tracking/sweep_run.py; this module is what both use: the store's client, its experiments, a
+run's name, tags and params, and who holds a run open. A process killed outright (SIGKILL: the OOM
+killer, a scheduler's hard kill) ends nothing: each run carries its owner (host, process id and
+start time), and a run left RUNNING by a process of this host that no longer exists is marked
+FAILED, with why, the next time the runner opens a run in that experiment. A sweep's parent run id
+reaches its jobs through an environment variable, so that any launcher that inherits the
+environment nests its children.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from runner.metrics import (
     THROUGHPUT,
     TRAIN_LOSS,
 )
-from runner.pictures import Figure
-from runner.tracking import children
+from runner.tracking.pictures import Figure
+from runner.tracking.store import children
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 (the OOM killer, a scheduler's hard kill after its grace period), which no handler sees.
 
 Linux's PR_SET_PDEATHSIG has the kernel signal a process when its parent ends. The chain is the
-launcher, the fork server it started (runner/fork_server.py), the ranks the server forks: the server
-asks for SIGKILL when the launcher ends (this module, imported first by the server, does it), each
-rank when the server ends (`die_with_parent` at the rank's start). Left alone, a killed launcher's
-server and ranks trained on as orphans. Elsewhere than Linux nothing is done.
+launcher, the fork server it started (runner/launcher/fork_server.py), the ranks the server forks:
+the server asks for SIGKILL when the launcher ends (this module, imported first by the server, does
+it), each rank when the server ends (`die_with_parent` at the rank's start). Left alone, a killed
+launcher's server and ranks trained on as orphans. Elsewhere than Linux nothing is done.
 
 Ctrl-C, too, must reach every process: `listen_to_ctrl_c`.
 """
@@ -40,7 +40,7 @@ def listen_to_ctrl_c() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# Imported by the fork server (runner.fork_server.PRELOAD): the launcher's child. Imported anywhere
-# else (a rank, a test) it does nothing.
+# Imported by the fork server (runner.launcher.fork_server.PRELOAD): the launcher's child. Imported
+# anywhere else (a rank, a test) it does nothing.
 if os.environ.get(LAUNCHER_ENV) == str(os.getppid()):
     die_with_parent()

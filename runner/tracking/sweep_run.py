@@ -1,6 +1,7 @@
-"""A sweep's MLflow parent run (opened by plugins/mlflow_sweep.py): every job's run is nested under
-it, and when the sweep ends it compares its jobs (runner/comparison.py), answers its study's
-question if it is a study's (runner/study_report.py), and says how it ended (runner/summary.py)."""
+"""A sweep's MLflow parent run (opened by plugins/hydra_plugins/runner_mlflow_sweep): every job's
+run is nested under it, and when the sweep ends it compares its jobs
+(runner/tracking/comparison.py), answers its study's question if it is a study's
+(runner/studies/report.py), and says how it ended (runner/tracking/summary.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,18 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import OmegaConf
 
-from runner import open_sweep
-from runner.comparison import log_comparison
-from runner.study_report import log_study
-from runner.summary import print_sweep_summary
-from runner.tracking import OWNER_TAG, PARENT_RUN_ENV, PARENT_URI_ENV, Run, open_experiment, owner
+from runner.studies.report import log_study
+from runner.tracking import open_sweep
+from runner.tracking.comparison import log_comparison
+from runner.tracking.store import (
+    OWNER_TAG,
+    PARENT_RUN_ENV,
+    PARENT_URI_ENV,
+    Run,
+    open_experiment,
+    owner,
+)
+from runner.tracking.summary import print_sweep_summary
 
 _parent: Run | None = None  # the sweep's parent run, while this process has one open
 _study: dict[str, Any] | None = None  # the study it answers, if it is a study's

@@ -12,12 +12,12 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 
-from runner import preemption
-from runner.lifeline import LAUNCHER_ENV
+from runner.launcher import preemption
+from runner.launcher.lifeline import LAUNCHER_ENV
 
-# The server's imports: itself first (it ends with this process: runner/lifeline.py), then all a
-# rank would import.
-PRELOAD = ["runner.lifeline", "runner.training.preload"]
+# The server's imports: itself first (it ends with this process: runner/launcher/lifeline.py), then
+# all a rank would import.
+PRELOAD = ["runner.launcher.lifeline", "runner.training.preload"]
 
 
 def start_fork_server() -> None:

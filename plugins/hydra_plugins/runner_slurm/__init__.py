@@ -8,8 +8,8 @@ rank's thread, a GPU per task on GPU hardware. A value set in the preset or on t
 (`hydra.launcher.cpus_per_task=4`) wins over what the mesh asks.
 
 SLURM's warning `signal_delay_s` before the time limit is SIGUSR1, the runner's preemption signal
-(runner/preemption.py), not submitit's USR2, which the runner does not answer: the job snapshots,
-requeues itself and, given `resume=auto`, continues its run when SLURM starts it again.
+(runner/launcher/preemption.py), not submitit's USR2, which the runner does not answer: the job
+snapshots, requeues itself and, given `resume=auto`, continues its run when SLURM starts it again.
 
 The submitit launcher stops at the first failed job, leaving the sweep's parent run to end while
 later jobs still train, and without SLURM's accounting (sacct) it never sees a job end that left
@@ -35,8 +35,8 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, SlurmQue
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf
 
-from runner import preemption
 from runner.errors import SweepJobFailed
+from runner.launcher import preemption
 
 log = logging.getLogger(__name__)
 OWN_KEYS = ("submitit_folder", "max_num_timeout", "signal_delay_s")  # not sbatch parameters

@@ -25,14 +25,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from runner import collector
-from runner.cluster import LOOPBACK
 from runner.errors import ConfigError, JobFailed, Stopped
-from runner.lifeline import die_with_parent, listen_to_ctrl_c
+from runner.launcher import collector
+from runner.launcher.cluster import LOOPBACK
+from runner.launcher.lifeline import die_with_parent, listen_to_ctrl_c
+from runner.launcher.preemption import EXIT_PREEMPTED, Preempted
 from runner.network.emulation import Network, enter
 from runner.planner.failures import lost_work
-from runner.preemption import EXIT_PREEMPTED, Preempted
-from runner.tracking import Run
+from runner.tracking.store import Run
 
 
 def rank_main(
@@ -52,9 +52,9 @@ def rank_main(
 
 def spawned_rank_main(cwd: str, network: Network | None, *args: Any) -> dict[str, float]:
     """rank_main in a rank this process spawned: the fork server's child, it ends with the server
-    (runner/lifeline.py). It works where the launcher does: the server, which lives on across a
-    sweep's jobs, may have started elsewhere (a job of its own folder, hydra.job.chdir). On an
-    emulated network it runs in its node's namespace. Stopped on request, it exits with
+    (runner/launcher/lifeline.py). It works where the launcher does: the server, which lives on
+    across a sweep's jobs, may have started elsewhere (a job of its own folder, hydra.job.chdir).
+    On an emulated network it runs in its node's namespace. Stopped on request, it exits with
     EXIT_PREEMPTED, which the launcher tells from a failure."""
     die_with_parent()
     os.chdir(cwd)
@@ -73,8 +73,8 @@ def spawn(
     resume: tuple[str, int] | None = None,
     network: Network | None = None,
 ) -> dict[str, float]:
-    """The job's ranks, forked by the fork server (runner/fork_server.py) and rendezvoused on
-    127.0.0.1 (on an emulated `network`, on node 0's address in its namespace); rank 0's figures.
+    """The job's ranks, forked by the fork server (runner/launcher/fork_server.py) and rendezvoused
+    on 127.0.0.1 (on an emulated `network`, on node 0's address in its namespace); rank 0's figures.
     Without a record (mode=calibrate's own measurement) nothing is logged and a failure raises
     JobFailed without being recorded."""
     from torch.distributed.elastic.multiprocessing.api import SignalException

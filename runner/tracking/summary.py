@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 
 from runner.metrics import COST, IDLE_FRACTION, THROUGHPUT, TRAIN_LOSS
 from runner.stragglers import TAG as STRAGGLER
-from runner.tracking import children
+from runner.tracking.store import children
 
 HEADLINE: tuple[tuple[str, Callable[[float], str]], ...] = (  # (metric, how it reads)
     (THROUGHPUT.name, lambda v: f"{v:,.0f} samples/s"),
@@ -68,14 +68,14 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
 def print_sweep_summary(
     client: MlflowClient, parent_id: str, tracking_uri: str, answer: str | None = None
 ) -> None:
-    """How the sweep ended and where it is; last, a study's answer (runner/study_report.py)."""
+    """How the sweep ended and where it is; last, a study's answer (runner/studies/report.py)."""
     parent = client.get_run(parent_id)
     jobs = children(client, parent)
     ended = sorted({c.info.status for c in jobs})
     counts = ", ".join(f"{sum(c.info.status == s for c in jobs)} {s}" for s in ended)
     experiment = client.get_experiment(parent.info.experiment_id).name
     lines = [f"sweep {parent.info.run_name} ({parent_id}): {len(jobs)} jobs, {counts}"]
-    if jobs:  # runner/comparison.py compared them
+    if jobs:  # runner/tracking/comparison.py compared them
         lines += ["  compared on the sweep's run: comparison.md, comparison.csv, comparison.png"]
     if answer:
         lines += ["  answered on the sweep's run: report.md, charts/"]

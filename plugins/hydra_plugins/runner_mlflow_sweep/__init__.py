@@ -9,9 +9,9 @@ from omegaconf import DictConfig
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from runner.cli import fail
-        from runner.cluster import global_rank
         from runner.config.study import check_study
         from runner.errors import ConfigError
+        from runner.launcher.cluster import global_rank
 
         try:
             check_study(config.study, config)  # a misspelt study fails before its first job
@@ -19,13 +19,13 @@ class MlflowSweepCallback(Callback):
             fail(str(error))  # SystemExit: Hydra turns a callback's exception into a warning
         if global_rank() != 0:  # a sweep under torchrun or srun: one parent, from rank 0
             return
-        from runner.sweep_run import start_parent
+        from runner.tracking.sweep_run import start_parent
 
         sweep = " ".join(config.hydra.overrides.task)
         name = f"sweep: {sweep}"
         start_parent(config.logger.tracking_uri, config.logger.experiment_name, name, config.study)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from runner.sweep_run import end_parent
+        from runner.tracking.sweep_run import end_parent
 
         end_parent("FINISHED")

@@ -1,6 +1,6 @@
 """A job's MLflow run: opened (or reopened, for a resumed snapshot) before the job starts, ended
 FINISHED only when the job returned; any exception, Ctrl-C included, ends it FAILED and keeps
-whatever was logged before. Every run ends with its summary (runner/summary.py)."""
+whatever was logged before. Every run ends with its summary (runner/tracking/summary.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
 
+from runner.launcher.preemption import Preempted, requeue, requeued, slurm_job
 from runner.mesh import mesh_of
-from runner.preemption import Preempted, requeue, requeued, slurm_job
-from runner.summary import print_run_summary
-from runner.tracking import (
+from runner.tracking.store import (
     OWNER_TAG,
     RESUMED_FROM,
     Run,
@@ -29,6 +28,7 @@ from runner.tracking import (
     run_tags,
     source_tags,
 )
+from runner.tracking.summary import print_run_summary
 
 
 @contextlib.contextmanager

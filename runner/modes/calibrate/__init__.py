@@ -33,11 +33,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.allocator import keep_freed_memory
-from runner.cluster import free_port
 from runner.compat.float8 import float8_product
-from runner.fork_server import start_fork_server
 from runner.job import Job
+from runner.launcher.allocator import keep_freed_memory
+from runner.launcher.cluster import free_port
+from runner.launcher.fork_server import start_fork_server
 from runner.layouts.data.traffic import bucket_count
 from runner.metrics import (
     CALIBRATE_BANDWIDTH,
@@ -57,7 +57,7 @@ from runner.metrics import (
     STEP_TIME,
     WORKSPACE,
 )
-from runner.modes.split_step import layer_overhead_s, splits
+from runner.modes.calibrate.split_step import layer_overhead_s, splits
 from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
 
@@ -441,8 +441,8 @@ intra_node:
 def run(
     cfg: DictConfig, job: Job | None, choices: Mapping[str, str | None], overrides: list[str]
 ) -> dict[str, Any]:
-    from runner.job_run import recorded_run
-    from runner.tracking import flat_metrics
+    from runner.tracking.job_run import recorded_run
+    from runner.tracking.store import flat_metrics
 
     with recorded_run(cfg, choices, overrides) as record:
         measured = measure(cfg, job)

@@ -17,12 +17,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.cluster import bind_gloo_to_loopback
 from runner.config import HardwareConfig, ParallelConfig
 from runner.errors import ConfigError
-from runner.fork_server import start_fork_server
 from runner.job import Job, typed
-from runner.launch import spawn
+from runner.launcher.cluster import bind_gloo_to_loopback
+from runner.launcher.fork_server import start_fork_server
+from runner.launcher.launch import spawn
 from runner.layouts import traffic
 from runner.mesh import Mesh
 from runner.metrics import STEP_TIME
@@ -54,7 +54,8 @@ def split_config(cfg: DictConfig) -> DictConfig:
 
 def measured_step_s(cfg: DictConfig) -> float:
     """The runner's step time of the job split over two processes, launched from this process as
-    any job of two is (runner/launch.py) and recorded nowhere: no MLflow run, no snapshot."""
+    any job of two is (runner/launcher/launch.py) and recorded nowhere: no MLflow run, no
+    snapshot."""
     resolved = OmegaConf.to_container(split_config(cfg), resolve=True)
     bind_gloo_to_loopback()
     start_fork_server()
