@@ -3,10 +3,14 @@ data parallelism over 2 nodes x 1 rank on an FFNN with 4.5 MB of gradients a ste
 of 1 and 3.5 MB) and little compute, at 50, 200 and 1,000 Mbit/s. Per rate, the bus bandwidth its
 all-reduces delivered (the best step, timed from the later rank's launch of each: runner/network/
 delivered.py) over the rate, and the step's communication time x the rate, which is constant where
-the time scales with 1/rate. Needs root (it makes network namespaces). On a quiet host gloo's
-all-reduce over TCP delivered 0.88-0.89 of 20-160 Mbit/s (headers, the acknowledgements of the
-other way's data); beside other work, 0.82-0.84. The last two lines: the worst rate's delivered
-share, and the widest rate's time x rate over the narrowest's.
+the time scales with 1/rate. Needs root (it makes network namespaces).
+
+The tight bounds, which the suite's tests/test_network.py loosens for a busy host (a delivered
+share above 0.5, the time falling as the rate rises): at each of the three rates the delivered
+bus bandwidth within 15 % of the rate, and time x rate within 15 % of its mean over the three.
+Each row says yes or **no**; the last lines give the worst of each. On a quiet host gloo's
+all-reduce over TCP delivered 0.88-0.89 of the rate (headers, the acknowledgements of the other
+way's data); beside other work, 0.82-0.84: a miss.
 
 Then the planner against the network study (experiments/network.yaml, as shipped: the decoder by
 data, pipeline and tensor parallelism at 20, 40 and 80 Mbit/s, 10 steps each): every job's planned
@@ -52,17 +56,25 @@ def main() -> None:
     report_planner(extra)
 
 
+TIGHT = 0.15  # the rate, and time x rate, within 15 %
+
+
 def report_link(rows: dict[float, tuple[float, float]]) -> None:
-    print(f"{'Mbit/s':>8}{'delivered/rate':>16}{'comm s x Mbit/s':>17}")
+    mean = sum(t for _, t in rows.values()) / len(rows)
+    print(f"{'Mbit/s':>8}{'delivered/rate':>16}{'within 15 %':>13}"
+          f"{'comm s x Mbit/s':>17}{'/ mean':>8}{'within 15 %':>13}")  # fmt: skip
     for mbit, (share, seconds_x_rate) in sorted(rows.items()):
-        print(f"{mbit:>8g}{share:>16.3f}{seconds_x_rate:>17.1f}")
-    narrow, wide = rows[min(rows)][1], rows[max(rows)][1]
-    print(
-        ratio_line(
-            "worst delivered busbw / shaped rate", min(s for s, _ in rows.values()), ">= 0.85"
-        )
-    )
-    print(ratio_line("comm time x rate, widest / narrowest link", wide / narrow, "<= 1.15"))
+        print(f"{mbit:>8g}{share:>16.3f}{verdict(share):>13}"
+              f"{seconds_x_rate:>17.1f}{seconds_x_rate / mean:>8.3f}"
+              f"{verdict(seconds_x_rate / mean):>13}")  # fmt: skip
+    worst_share = max(abs(s - 1) for s, _ in rows.values())
+    worst_time = max(abs(t / mean - 1) for _, t in rows.values())
+    print(ratio_line("worst |delivered busbw / shaped rate - 1|", worst_share, f"<= {TIGHT}"))
+    print(ratio_line("worst |comm time x rate / its mean - 1|", worst_time, f"<= {TIGHT}"))
+
+
+def verdict(ratio: float) -> str:
+    return "yes" if abs(ratio - 1) <= TIGHT else "**no**"
 
 
 def report_planner(extra: list[str]) -> None:

@@ -119,6 +119,22 @@ def typed(schema: type[T], node: DictConfig) -> T:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), plain))
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What a rank asks of its job, resolved once where it starts (runner/training/rank.py:
+    train) and handed to everything it builds: the mesh, the model's spec and the typed job
+    (both None for a model of the user's: nothing to plan, no spec to split it by)."""
+
+    mesh: Mesh
+    spec: ModelSpec | None
+    job: Job | None
+
+
+def resolved(cfg: DictConfig) -> Resolved:
+    job = resolve_job(cfg)
+    return Resolved(job.mesh if job else mesh_of(cfg), job.spec if job else None, job)
+
+
 def resolve_job(cfg: DictConfig) -> Job | None:
     """The job of a validated config; None for a model the registry does not know (the planner
     sizes the runner's own models only)."""

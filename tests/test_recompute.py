@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.job import resolve_job
+from runner.models.registry import spec_for
 from runner.planner import predict
 from runner.planner.memory import activation_bytes
 from runner.training.rank import build_model
@@ -46,7 +47,7 @@ def test_recomputing_keeps_every_name(model: str) -> None:
     # A snapshot of one mode resumes in another: the units' forward is wrapped, not the units.
     def names(mode: str) -> tuple[list[str], list[str]]:
         cfg, _ = compose_job(f"model={model}", f"trainer.recompute={mode}")
-        built = build_model(cfg)
+        built = build_model(cfg, spec_for(cfg.model))
         return list(built.state_dict()), [name for name, _ in built.named_parameters()]
 
     assert names("full") == names("selective") == names("none")

@@ -12,8 +12,6 @@ torch-free: the planner imports it.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from runner.job import Job
 from runner.layouts.context import traffic as context_traffic
 from runner.layouts.data import traffic as data_traffic
@@ -22,7 +20,7 @@ from runner.layouts.pipeline import traffic as pipeline_traffic
 from runner.layouts.sharded import traffic as sharded_traffic
 from runner.layouts.tensor import traffic as tensor_traffic
 from runner.layouts.traffic import Traffic
-from runner.mesh import mesh_of
+from runner.mesh import Mesh
 
 # DDP's all-reduce (parallel.shard none, optimizer) and the sharded levels' own collectives add
 # up on dp.
@@ -52,7 +50,6 @@ def traffic(job: Job) -> Traffic:
     return out
 
 
-def data_shard(cfg: DictConfig, rank: int) -> tuple[int, int]:
+def data_shard(mesh: Mesh, rank: int) -> tuple[int, int]:
     """This rank's data-parallel index and count: only data-parallel ranks see different data."""
-    mesh = mesh_of(cfg)
     return mesh.coords(rank)["dp"], mesh.dp

@@ -25,7 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
 from runner.compat.device_mesh import flattened
-from runner.job import reshards_after_forward, resolved_shard
+from runner.job import Resolved, reshards_after_forward, resolved_shard
 from runner.launcher.cluster import bind_gloo_to_loopback
 from runner.layouts.context.split import ContextSplit, context_of
 from runner.layouts.data.replicate import Replication
@@ -36,7 +36,6 @@ from runner.layouts.process_group import backend, timeout
 from runner.layouts.sharded.shard import Sharding, sixteen_bit
 from runner.layouts.tensor.split import TensorSplit, plan_of
 from runner.mesh import DIMS, Mesh
-from runner.models.registry import spec_for
 from runner.models.spec import ModelSpec
 
 
@@ -182,18 +181,18 @@ class MeshStrategy(DDPStrategy, Layout):
                 self.own_group = False
 
 
-def strategy(cfg: DictConfig, mesh: Mesh) -> MeshStrategy:
+def strategy(cfg: DictConfig, r: Resolved) -> MeshStrategy:
     # A model of the user's (no spec) may be sharded, as one unit; it has no tensor-parallel plan
     # (refused before launch: runner/layouts/rules.py).
-    spec = spec_for(cfg.model) or ModelSpec(name="", config=object)
+    spec = r.spec or ModelSpec(name="", config=object)
     return MeshStrategy(
-        mesh,
+        r.mesh,
         plan_of(spec, cfg.parallel.vocab_parallel, cfg.parallel.sequence_parallel),
         cfg.parallel.bucket_cap_mb,
         cfg.parallel.shard,
         spec.recompute_units,
         sequence=cfg.parallel.sequence_parallel,
-        context=context_of(cfg, mesh),
+        context=context_of(cfg, r),
         expert_spec=spec,
         policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce),
         reshard_after_forward=cfg.parallel.reshard_after_forward,

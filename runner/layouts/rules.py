@@ -18,6 +18,9 @@ from runner.precision import precision_of
 
 
 def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
+    """Every rule of the layout on `mesh`, the model's spec looked up once for all of them (None:
+    a model of the user's, which has none)."""
+    spec = spec_for(cfg.model)
     one_of(cfg.parallel.shard, "parallel.shard", SHARDS)
     one_of(cfg.parallel.reshard_after_forward, "parallel.reshard_after_forward", RESHARD)
     one_of(cfg.parallel.param_gather, "parallel.param_gather", PARAM_GATHER)
@@ -38,18 +41,17 @@ def check_layout(cfg: DictConfig, mesh: Mesh) -> None:
     if mesh.size("dp") > 1:  # replicas, or their cp ranks, which sum gradients and shard too
         check_data(cfg, mesh)
     if mesh.pp > 1:
-        check_pipeline(cfg, mesh)
+        check_pipeline(cfg, mesh, spec)
     elif cfg.parallel.microbatches != 1:
-        check_accumulation(cfg, mesh)
+        check_accumulation(cfg, mesh, spec)
     if mesh.tp > 1:
-        check_tensor(cfg, mesh)
+        check_tensor(cfg, mesh, spec)
     if cfg.parallel.sequence_parallel:
-        check_sequence(cfg, mesh)
+        check_sequence(cfg, mesh, spec)
     if mesh.cp > 1:
-        check_context(cfg, mesh)
+        check_context(cfg, mesh, spec)
     if cfg.parallel.ep != 1:
-        check_experts(cfg, mesh)
-    spec = spec_for(cfg.model)
+        check_experts(cfg, mesh, spec)
     if spec is not None and spec.experts and cfg.mode == "train":
         require(
             cfg.trainer.precision != "16-mixed",
@@ -98,9 +100,9 @@ def check_data(cfg: DictConfig, mesh: Mesh) -> None:
         )
 
 
-def check_pipeline(cfg: DictConfig, mesh: Mesh) -> None:
+def check_pipeline(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
     p = cfg.parallel
-    require(has_stages(spec_for(cfg.model)), "parallel.pp", "this model has no pipeline split")
+    require(has_stages(spec), "parallel.pp", "this model has no pipeline split")
     one_of(p.schedule, "parallel.schedule", SCHEDULES)
     positive(p, "parallel", "microbatches", "virtual_stages")
     check_microbatches(cfg, mesh)
@@ -159,7 +161,7 @@ def check_microbatches(cfg: DictConfig, mesh: Mesh) -> None:
     )
 
 
-def check_accumulation(cfg: DictConfig, mesh: Mesh) -> None:
+def check_accumulation(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
     """Micro-batches without a pipeline: gradient accumulation, run as a one-stage pipeline's
     schedule (runner/layouts/pipeline/strategy.py)."""
     p, t = cfg.parallel, cfg.trainer
@@ -173,7 +175,7 @@ def check_accumulation(cfg: DictConfig, mesh: Mesh) -> None:
         "micro-batches without a pipeline (parallel.pp=1) run one stage: use 1f1b or gpipe",
     )
     require(
-        has_stages(spec_for(cfg.model)),
+        has_stages(spec),
         "parallel.microbatches",
         "gradient accumulation runs the model as a one-stage pipeline, and this model has no "
         "pipeline split: use 1",
@@ -192,16 +194,15 @@ def check_accumulation(cfg: DictConfig, mesh: Mesh) -> None:
     )
 
 
-def check_tensor(cfg: DictConfig, mesh: Mesh) -> None:
+def check_tensor(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
     """Every split layer must split evenly: the model's spec says which layers split."""
-    spec = spec_for(cfg.model)
     require(spec is not None, "parallel.tp", "this model has no tensor-parallel plan")
     spec.check_tensor(cfg.model, mesh.tp, stage_layers(cfg.model, cfg.parallel))
 
 
-def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
+def check_sequence(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
     """Sequence parallelism splits a model's sequence over the tensor-parallel ranks."""
-    key, spec = "parallel.sequence_parallel", spec_for(cfg.model)
+    key = "parallel.sequence_parallel"
     require(
         mesh.tp > 1, key, f"splits over the tensor-parallel ranks: needs tp > 1, got tp={mesh.tp}"
     )
@@ -210,9 +211,8 @@ def check_sequence(cfg: DictConfig, mesh: Mesh) -> None:
     require(seq % mesh.tp == 0, "data.seq_len", f"{seq} positions do not split into tp={mesh.tp}")
 
 
-def check_context(cfg: DictConfig, mesh: Mesh) -> None:
+def check_context(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
     """Context parallelism splits every sample's sequence into 2 x cp chunks, two per rank."""
-    spec = spec_for(cfg.model)
     require(
         spec is not None and spec.sequence, "parallel.cp", "this model has no sequence to split"
     )
@@ -232,9 +232,9 @@ def check_context(cfg: DictConfig, mesh: Mesh) -> None:
         )
 
 
-def check_experts(cfg: DictConfig, mesh: Mesh) -> None:
+def check_experts(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
     """Expert parallelism places a mixture of experts' experts over ep of the dp ranks."""
-    ep, spec = cfg.parallel.ep, spec_for(cfg.model)
+    ep = cfg.parallel.ep
     require(ep > 0, "parallel.ep", f"must be positive, got {ep}")
     require(spec is not None and spec.experts, "parallel.ep", "this model has no experts")
     n = cfg.model.n_experts

@@ -8,15 +8,15 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from runner.mesh import mesh_of
+from runner.job import Resolved
 from runner.precision import precision_of
 
 
-def strategy(cfg: DictConfig) -> Any:
+def strategy(cfg: DictConfig, r: Resolved) -> Any:
     """The Lightning strategy of the config's layout ("auto": one device, no layout). Micro-batches
     without a pipeline are gradient accumulation: the pipeline strategy with one stage, whose
     schedule runs forward and backward per micro-batch (on one process too)."""
-    mesh = mesh_of(cfg)
+    mesh = r.mesh
     accumulate = cfg.parallel.microbatches > 1
     # 16-bit weights over fp32 masters: FSDP2's mixed precision, one process's too
     masters = precision_of(cfg.trainer).masters
@@ -29,4 +29,4 @@ def strategy(cfg: DictConfig) -> Any:
         from runner.layouts.mesh_strategy import strategy as make
     else:
         from runner.layouts.data.strategy import strategy as make
-    return make(cfg, mesh)
+    return make(cfg, r)

@@ -30,17 +30,18 @@ from runner.config.hardware import processes_per_host
 from runner.config.logger import store_uri
 from runner.data import Splits
 from runner.data.sampling import ShardedBatchSampler
+from runner.job import Resolved, resolved
 from runner.launcher import preemption
 from runner.launcher.allocator import keep_freed_memory
 from runner.launcher.cluster import exit_on_sigterm, global_rank, world_size
 from runner.launcher.threads import this_rank_threads
 from runner.layouts.strategy import strategy
-from runner.mesh import TRAFFIC_DIMS, mesh_of
+from runner.mesh import TRAFFIC_DIMS, Mesh
 from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
 from runner.models.device_time import emulate_device_time
 from runner.models.float8 import to_float8
 from runner.models.recompute import recompute
-from runner.models.registry import spec_for
+from runner.models.spec import ModelSpec
 from runner.planner.failures import priced
 from runner.precision import precision_of
 from runner.quiet import quiet_third_parties
@@ -163,6 +164,7 @@ def cluster_environment() -> list[Any]:
 
 def build_trainer(
     cfg: DictConfig,
+    r: Resolved,
     run_id: str | None,
     timing: LoopTiming,
     progress: str | None = None,
@@ -170,7 +172,7 @@ def build_trainer(
 ) -> pl.Trainer:
     t, (folder, start) = cfg.trainer, resume or (None, 0)
     uri = store_uri(cfg.logger.tracking_uri)
-    spec = spec_for(cfg.model)
+    spec = r.spec
     experts = spec is not None and spec.experts  # a mixture of experts' router
     logger = (  # only rank 0 logs: the others need no MLflow client (seconds of imports)
         StepLogger(tracking_uri=uri, run_id=run_id, step_offset=start)
@@ -183,7 +185,7 @@ def build_trainer(
         accelerator=cfg.hardware.accelerator,
         devices=cfg.hardware.devices,
         num_nodes=cfg.hardware.nodes,
-        strategy=strategy(cfg),
+        strategy=strategy(cfg, r),
         # Lightning's autocast (runner/precision.py); 16-bit weights are FSDP2's, not Lightning's
         precision="32-true" if precision_of(t).masters else t.precision,
         use_distributed_sampler=False,  # ShardedBatchSampler already shards by data-parallel rank
@@ -225,11 +227,10 @@ def end_on_sigterm(trainer: pl.Trainer) -> None:
     replace_sigterm_handling(trainer, exit_on_sigterm)
 
 
-def build_model(cfg: DictConfig) -> torch.nn.Module:
+def build_model(cfg: DictConfig, spec: ModelSpec | None) -> torch.nn.Module:
     model = instantiate(cfg.model, _convert_="all")
     # Before any layout takes the model: DDP, DTensor's splits and pipeline stages all run these
     # very units. A model of the user's (no spec) is left as it is.
-    spec = spec_for(cfg.model)
     if spec is not None:
         recompute(spec.recompute_units(model), cfg.trainer.recompute)
     if cfg.trainer.precision == "fp8":  # before any layout: FSDP2 shards the float8 layers
@@ -242,8 +243,9 @@ def build_model(cfg: DictConfig) -> torch.nn.Module:
     return model
 
 
-def run_figures(cfg: DictConfig, timing: LoopTiming, tokens_per_sample: int) -> dict[str, float]:
-    mesh = mesh_of(cfg)
+def run_figures(
+    cfg: DictConfig, mesh: Mesh, timing: LoopTiming, tokens_per_sample: int
+) -> dict[str, float]:
     sizes = {dim: mesh.size(dim) for dim in TRAFFIC_DIMS}
     figures = combine([rank["figures"] for rank in timing.gathered], sizes)
     # Throughput from the loop's whole interval: data loading and logging count, validation not.
@@ -261,13 +263,15 @@ def train(
     progress: str | None = None,
     resume: tuple[str, int] | None = None,
 ) -> dict[str, float]:
-    """Train; on rank 0 with a run, log the summary figures and the timeline picture."""
+    """Train; on rank 0 with a run, log the summary figures and the timeline picture. The job is
+    resolved here, once, and what the rank builds takes it."""
+    r = resolved(cfg)
     set_process(cfg)
     preemption.listen()
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # identical weights on every rank
     splits: Splits = instantiate(cfg.data, _convert_="all")
     module = TrainModule(
-        build_model(cfg),
+        build_model(cfg, r.spec),
         cfg.data.loss,
         cfg.trainer.optimizer,
         cfg.trainer.lr,
@@ -279,9 +283,9 @@ def train(
         profile_every=cfg.trainer.profile_every_n_steps,
     )
     set_default_timeout(cfg.dist.timeout_s)
-    trainer = build_trainer(cfg, run_id, timing, progress, resume)
+    trainer = build_trainer(cfg, r, run_id, timing, progress, resume)
     end_on_sigterm(trainer)
-    shard = layouts.data_shard(cfg, trainer.global_rank)
+    shard = layouts.data_shard(r.mesh, trainer.global_rank)
     train_loader, val_loader = loaders(splits, cfg, *shard, start=resume[1] if resume else 0)
     if len(train_loader) == 0:
         raise ConfigError(
@@ -294,11 +298,11 @@ def train(
         record_data(cfg, run_id, splits)
     start = time.perf_counter()
     trainer.fit(module, train_loader, val_loader)
-    figures = run_figures(cfg, timing, splits.tokens_per_sample)
+    figures = run_figures(cfg, r.mesh, timing, splits.tokens_per_sample)
     figures[TRAIN_TIME.name] = time.perf_counter() - start
     figures |= priced(cfg.hardware, world_size(cfg), figures[TRAIN_TIME.name])
     if run_id and trainer.global_rank == 0:
         from runner.training.record import record_training
 
-        record_training(cfg, run_id, figures, timing.gathered)
+        record_training(cfg, r, run_id, figures, timing.gathered)
     return figures

@@ -10,10 +10,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.data import Splits
-from runner.job import Job, resolve_job
+from runner.job import Job, Resolved
 from runner.launcher.cluster import world_size
 from runner.layouts.pipeline import step_table
-from runner.mesh import mesh_of
+from runner.mesh import Mesh
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, MFU, STEP_TIME, THROUGHPUT
 from runner.planner import mfu, predict
 from runner.stragglers import TAG, straggler
@@ -70,11 +70,15 @@ def record_data(cfg: DictConfig, run_id: str, splits: Splits) -> None:
 
 
 def record_training(
-    cfg: DictConfig, run_id: str, figures: dict[str, float], gathered: list[dict[str, Any]]
+    cfg: DictConfig,
+    r: Resolved,
+    run_id: str,
+    figures: dict[str, float],
+    gathered: list[dict[str, Any]],
 ) -> None:
     run = Run(client_of(cfg.logger.tracking_uri), run_id)
     world = world_size(cfg)
-    job = resolve_job(cfg)  # None for a model of the user's: nothing predicted
+    job = r.job  # None for a model of the user's: nothing predicted
     if job is not None:
         figures = figures | predict(job) | measured_mfu(job, figures)
     run.log_metrics(figures)
@@ -91,13 +95,13 @@ def record_training(
     spans = [rank["spans"] for rank in gathered]
     if not (spans and all(spans)):
         return
-    layout = f"{mesh_of(cfg).layout} parallel, {world} rank(s)"
+    layout = f"{r.mesh.layout} parallel, {world} rank(s)"
     run.client.log_figure(
         run_id, rank_timeline(spans, f"{layout}: {len(spans[0])} steps"), "timeline.png"
     )
     run.client.log_dict(run_id, chrome_trace(spans), "timeline.trace.json")
-    if mesh_of(cfg).pp > 1:
-        record_pipeline(cfg, run, [steps[:1] for steps in spans], layout, figures)
+    if r.mesh.pp > 1:
+        record_pipeline(cfg, r.mesh, run, [steps[:1] for steps in spans], layout, figures)
 
 
 def measured_mfu(job: Job, figures: dict[str, float]) -> dict[str, float]:
@@ -109,12 +113,16 @@ def measured_mfu(job: Job, figures: dict[str, float]) -> dict[str, float]:
 
 
 def record_pipeline(
-    cfg: DictConfig, run: Run, one_step: list[list[list[Span]]], layout: str, figures: dict
+    cfg: DictConfig,
+    mesh: Mesh,
+    run: Run,
+    one_step: list[list[list[Span]]],
+    layout: str,
+    figures: dict,
 ) -> None:
     p = cfg.parallel
     title = f"{layout}, {p.schedule}, {p.microbatches} micro-batches: one step"
     run.client.log_figure(run.run_id, rank_timeline(one_step, title), "pipeline_gantt.png")
-    mesh = mesh_of(cfg)
     pipeline = [one_step[mesh.rank(s, 0, 0)][0] for s in range(mesh.pp)]  # replica 0, shard 0
     table = step_table.report(mesh.pp, p.microbatches, p.schedule, pipeline)
     run.client.log_text(run.run_id, table, "pipeline_steps.txt")

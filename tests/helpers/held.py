@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import torch
 
 from runner.losses import LOSSES
+from runner.models.registry import spec_for
 from runner.training.callbacks.memory import allocated_bytes
 from runner.training.rank import build_model
 from tests.helpers.jobs import compose_job
@@ -20,7 +21,7 @@ def held(overrides: list[str], mode: str) -> int:
     its own: nothing of it (a loss's graph holds the model's weights) outlives the measurement."""
     torch.manual_seed(0)
     cfg, _ = compose_job(*overrides, f"trainer.recompute={mode}")
-    model, loss_fn = build_model(cfg), LOSSES[cfg.data.loss]
+    model, loss_fn = build_model(cfg, spec_for(cfg.model)), LOSSES[cfg.data.loss]
     if cfg.model._target_.endswith("Decoder"):
         shape, vocab = (cfg.data.batch_size, cfg.data.seq_len), cfg.data.vocab_size
         x, y = torch.randint(0, vocab, shape), torch.randint(0, vocab, shape)

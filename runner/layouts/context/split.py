@@ -14,11 +14,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from runner.errors import require
+from runner.job import Resolved
 from runner.layouts.context import probe
 from runner.layouts.context.ring import Ring, RingAttention
 from runner.layouts.probes import Recorder
-from runner.mesh import Mesh
-from runner.models.registry import spec_for
 
 
 class ContextSplit:
@@ -54,6 +53,6 @@ class ContextSplit:
             probe.install(record)
 
 
-def context_of(cfg: DictConfig, mesh: Mesh) -> ContextSplit:
+def context_of(cfg: DictConfig, r: Resolved) -> ContextSplit:
     """The job's context split (parallel.cp; with cp 1, none)."""
-    return ContextSplit(spec_for(cfg.model), mesh.cp, cfg.data.get("seq_len") or 0)
+    return ContextSplit(r.spec, r.mesh.cp, cfg.data.get("seq_len") or 0)

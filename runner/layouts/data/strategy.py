@@ -3,11 +3,11 @@
 from omegaconf import DictConfig
 from pytorch_lightning.strategies import DDPStrategy
 
+from runner.job import Resolved
 from runner.layouts.data.probe import hook_buckets
 from runner.layouts.layout import Layout
 from runner.layouts.probes import Recorder
 from runner.layouts.process_group import backend, timeout
-from runner.mesh import Mesh
 
 
 class DataStrategy(DDPStrategy, Layout):
@@ -17,7 +17,7 @@ class DataStrategy(DDPStrategy, Layout):
         hook_buckets(self.model, record)
 
 
-def strategy(cfg: DictConfig, mesh: Mesh) -> DDPStrategy:
+def strategy(cfg: DictConfig, r: Resolved) -> DDPStrategy:
     return DataStrategy(
         process_group_backend=backend(cfg),
         timeout=timeout(cfg),

@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor
 from runner import clock
 from runner.autocast import ACTIVATIONS
 from runner.choices import MULTI_STAGE
+from runner.job import Resolved
 from runner.launcher import preemption
 from runner.layouts.context.split import context_of
 from runner.layouts.mesh_strategy import MeshStrategy
@@ -49,9 +50,7 @@ from runner.layouts.sharded.accumulation import EachMicrobatchStage
 from runner.layouts.sharded.shard import sixteen_bit
 from runner.layouts.tensor.split import plan_of
 from runner.losses import on_shards
-from runner.mesh import Mesh
 from runner.metrics import TRAIN_LOSS, VAL_LOSS
-from runner.models.registry import spec_for
 from runner.models.sizes import stage_layers
 from runner.models.spec import ModelSpec
 
@@ -249,11 +248,11 @@ class PipelineStrategy(MeshStrategy):
         self.lightning_module.log(VAL_LOSS.name, loss, prog_bar=True, sync_dist=replicas)
 
 
-def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
-    p = cfg.parallel
+def strategy(cfg: DictConfig, r: Resolved) -> PipelineStrategy:
+    p, mesh = cfg.parallel, r.mesh
     microbatch = cfg.data.batch_size // (mesh.dp * p.microbatches)
     return PipelineStrategy(
-        spec_for(cfg.model),
+        r.spec,
         p.schedule,
         p.microbatches,
         stage_layers(cfg.model, p),
@@ -265,8 +264,8 @@ def strategy(cfg: DictConfig, mesh: Mesh) -> PipelineStrategy:
         shape=mesh,
         bucket_cap_mb=p.bucket_cap_mb,
         shard=p.shard,
-        units=spec_for(cfg.model).recompute_units,
-        context=context_of(cfg, mesh),
+        units=r.spec.recompute_units,
+        context=context_of(cfg, r),
         policy=sixteen_bit(cfg.trainer.precision, cfg.trainer.grad_reduce, output=None),
         reshard_after_forward=p.reshard_after_forward,
         param_gather=p.param_gather,
