@@ -11,6 +11,13 @@ from runner import validate
 from runner.job import Job, resolve_job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
+from runner.metrics import (
+    BUBBLE_MEASURED,
+    COMM_BYTES_PER_STEP,
+    PEAK_ALLOCATED,
+    PEAK_MEMORY,
+    prediction,
+)
 from runner.planner.memory import in_flight, memory_per_device_gib
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
@@ -96,12 +103,12 @@ def test_micro_batches_hold_less_memory_as_the_planner_says(tmp_path: Path) -> N
     # (malloc's bytes in use, runner/training/callbacks/memory.py) drops by about as much. Not
     # the resident peak: glibc keeps what the larger step freed (a drop of 0.107 GiB measured
     # against 0.068 planned, beside other tests). Malloc's drop: 0.057 (0.84 of it).
-    predicted = whole["pred/peak_memory_gib"] - micro["pred/peak_memory_gib"]
-    measured = whole["peak_allocated_gib"] - micro["peak_allocated_gib"]
-    assert predicted > micro["pred/peak_memory_gib"]
+    predicted = whole[prediction(PEAK_MEMORY.name)] - micro[prediction(PEAK_MEMORY.name)]
+    measured = whole[PEAK_ALLOCATED.name] - micro[PEAK_ALLOCATED.name]
+    assert predicted > micro[prediction(PEAK_MEMORY.name)]
     assert 0.8 * predicted < measured < 1.2 * predicted, (measured, predicted)
     # One process, one stage: nothing to wait for, the schedule's gaps (the loss) only.
-    assert micro["bubble_fraction_measured"] < 0.25
+    assert micro[BUBBLE_MEASURED.name] < 0.25
 
 
 @pytest.mark.slow
@@ -121,8 +128,8 @@ def test_zero3_under_micro_batches_reshards_each_and_equals_one_process(
     (run,) = [r for r in all_runs(store) if r.data.params.get("hardware.devices") == "2"]
     assert run.data.params["parallel.reshard_after_forward"] == "default"
     assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE)
-    moved = run.data.metrics["comm_bytes_per_step/dp"]
-    assert moved == run.data.metrics["pred/comm_bytes_per_step/dp"]
+    moved = run.data.metrics[COMM_BYTES_PER_STEP.at(dim="dp")]
+    assert moved == run.data.metrics[prediction(COMM_BYTES_PER_STEP.at(dim="dp"))]
     d, vocab = 32, 2048
     block = 4 * (d * d + d) + 2 * 2 * d + (d * 4 * d + 4 * d) + (4 * d * d + d)  # attn, norms, FFN
     embedding, model = 4 * vocab * d, 4 * (vocab * d + 2 * block)  # fp32 bytes

@@ -15,28 +15,45 @@ from matplotlib.image import imread
 from mlflow import MlflowClient
 
 from runner.config_dirs import CONF_DIR, EXPERIMENTS_DIR
+from runner.metrics import (
+    EXAMPLE_DLOSS_DYHAT,
+    EXAMPLE_ERROR_TERM_A,
+    EXAMPLE_ERROR_TERM_B,
+    EXAMPLE_GRAD_W_A1,
+    EXAMPLE_GRAD_W_B1,
+    EXAMPLE_LOSS_AFTER,
+    EXAMPLE_W_A1_NEW,
+    EXAMPLE_W_B1_NEW,
+    EXAMPLE_Y_HAT,
+    EXAMPLE_Y_HAT_RELU,
+    EXAMPLE_Y_HAT_SHIFTED,
+    EXAMPLE_Z,
+    EXAMPLE_Z_SHIFTED,
+    THROUGHPUT,
+    TRAIN_LOSS,
+)
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK
 from tests.helpers.metrics import assert_registered
 from tests.helpers.records import all_runs
 
 SEED_NEURON = {
-    "z": 4.8,
-    "y_hat": 0.992,
-    "z_shifted": 0.5,
-    "y_hat_shifted": 0.622,
-    "y_hat_relu": 4.8,
+    EXAMPLE_Z.name: 4.8,
+    EXAMPLE_Y_HAT.name: 0.992,
+    EXAMPLE_Z_SHIFTED.name: 0.5,
+    EXAMPLE_Y_HAT_SHIFTED.name: 0.622,
+    EXAMPLE_Y_HAT_RELU.name: 4.8,
 }
 SEED_BACKPROP = {
-    "y_hat": 1.7,
+    EXAMPLE_Y_HAT.name: 1.7,
     "loss": 0.245,
-    "dloss_dyhat": 0.7,
-    "error_term_b": 0.7,
-    "error_term_a": 0.28,
-    "grad_w_a1": 0.84,
-    "grad_w_b1": 2.1,
-    "w_a1_new": 0.058,
-    "w_b1_new": 0.295,
+    EXAMPLE_DLOSS_DYHAT.name: 0.7,
+    EXAMPLE_ERROR_TERM_B.name: 0.7,
+    EXAMPLE_ERROR_TERM_A.name: 0.28,
+    EXAMPLE_GRAD_W_A1.name: 0.84,
+    EXAMPLE_GRAD_W_B1.name: 2.1,
+    EXAMPLE_W_A1_NEW.name: 0.058,
+    EXAMPLE_W_B1_NEW.name: 0.295,
 }
 
 
@@ -58,8 +75,10 @@ def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path, cli: Cli, seeded: 
         assert {k: round(run.data.metrics[k], 3) for k in expected} == expected
         assert run.data.tags["mode"] == "example"
         assert_registered(run)
-    assert backprop.data.metrics["loss_after"] < backprop.data.metrics["loss"]
-    assert round(backprop.data.metrics["loss_after"], 3) == 0.007  # the seed's second MSE
+    assert backprop.data.metrics[EXAMPLE_LOSS_AFTER.name] < backprop.data.metrics["loss"]
+    assert (
+        round(backprop.data.metrics[EXAMPLE_LOSS_AFTER.name], 3) == 0.007
+    )  # the seed's second MSE
 
 
 @pytest.mark.slow  # three jobs and their comparison: half a minute
@@ -88,7 +107,7 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(
     experiment = MlflowClient(uri).get_experiment(parent.info.experiment_id)
     assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
     assert all(
-        len(MlflowClient(uri).get_metric_history(r.info.run_id, "train_loss")) == 8
+        len(MlflowClient(uri).get_metric_history(r.info.run_id, TRAIN_LOSS.name)) == 8
         for r in children
     )
     # The parent compares its jobs: a row per child with the child's own figures, and a chart.
@@ -99,11 +118,11 @@ def test_a_sweep_nests_one_child_run_per_job_under_a_parent(
     for child in children:
         row, history = (
             table[child.info.run_name],
-            client.get_metric_history(child.info.run_id, "train_loss"),
+            client.get_metric_history(child.info.run_id, TRAIN_LOSS.name),
         )
         assert row["status"] == "FINISHED"
         assert float(row["final train_loss"]) == max(history, key=lambda m: m.step).value
-        assert float(row["samples/s"]) == child.data.metrics["throughput_samples_per_s"]
+        assert float(row["samples/s"]) == child.data.metrics[THROUGHPUT.name]
     markdown = Path(client.download_artifacts(parent.info.run_id, "comparison.md")).read_text()
     assert markdown.startswith("| job | run | status | final train_loss | samples/s |")
     assert len(markdown.splitlines()) == 2 + len(children)

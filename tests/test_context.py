@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from runner.layouts.context import ring
+from runner.metrics import COMM_BUSBW, COMM_BYTES_PER_STEP, COMM_TIME
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, planned, train
 from tests.helpers.layouts import assert_equal_and_counted, shown_on_timeline
@@ -55,12 +56,12 @@ def test_every_layout_equals_the_single_process_run_and_counts_its_sends(
         done = cli(*JOB, *QUICK, *layout, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         run = assert_equal_and_counted(store, single, name, dims, RELATIVE)
-        assert run.data.metrics["comm_busbw_gbs/cp"] > 0, name
+        assert run.data.metrics[COMM_BUSBW.at(dim="cp")] > 0, name
         if name == "cp=2":  # the timeline shows the ring's exchanges and the waits for them
             # per block: K and V of 8 samples x 16 positions x 16 values (2 heads of 8), sent
             # once forward and again backward, their gradients twice (cp), all at 32 bits
             kv = 2 * 8 * 16 * 16 * 4
-            assert run.data.metrics["comm_bytes_per_step/cp"] == 2 * kv * (1 + 1 + 2)
+            assert run.data.metrics[COMM_BYTES_PER_STEP.at(dim="cp")] == 2 * kv * (1 + 1 + 2)
             for rank in (0, 1):
                 shown = shown_on_timeline(store, run.info.run_id, tmp_path, rank)
                 assert {"cp send-recv", "cp wait"} <= shown, rank
@@ -111,7 +112,7 @@ def test_the_ring_moves_what_its_steps_send() -> None:
     # the ring runs beside attention's products: all of it hidden but every block's last
     # exchange of gradients, which nothing computes beside (the seconds themselves:
     # tests/regression/planner.yaml)
-    hidden, shown = out["comm_hidden_s"]["cp"], out["comm_time_s"]["cp"]
+    hidden, shown = out["comm_hidden_s"]["cp"], out[COMM_TIME.name]["cp"]
     assert 0 < shown < hidden / cp
 
 

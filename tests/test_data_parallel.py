@@ -9,6 +9,21 @@ from hydra.utils import instantiate
 from mlflow import MlflowClient
 
 from runner.launcher.cluster import free_port
+from runner.metrics import (
+    COMM_BYTES_PER_STEP,
+    COMM_TIME,
+    COMPUTE_TIME,
+    IDLE_FRACTION,
+    IDLE_TIME,
+    LOST_COST,
+    LOST_ENERGY,
+    LOST_STEPS,
+    LOST_TIME,
+    STEP_TIME,
+    THROUGHPUT,
+    TRAIN_LOSS,
+    prediction,
+)
 from runner.snapshots import complete
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import DP2, QUICK, compose_job, train
@@ -74,20 +89,20 @@ def test_gradient_traffic_is_counted_where_the_all_reduce_is_called(
     (run,) = all_runs(store)
     m = run.data.metrics
     payload = 4 * trainable_params("model=ffnn")  # fp32 DDP: every gradient, once per step
-    assert m["comm_bytes_per_step/dp"] == payload
-    assert m["pred/comm_bytes_per_step/dp"] == payload
+    assert m[COMM_BYTES_PER_STEP.at(dim="dp")] == payload
+    assert m[prediction(COMM_BYTES_PER_STEP.at(dim="dp"))] == payload
     assert m["pred/ring_bytes_per_step/dp"] == 2 * (2 - 1) / 2 * payload
     for rank in (0, 1):
         assert {
-            f"rank_{rank}/{k}" for k in ("compute_time_s", "comm_time_s", "idle_fraction")
+            f"rank_{rank}/{k}" for k in (COMPUTE_TIME.name, COMM_TIME.name, IDLE_FRACTION.name)
         } <= set(m)
-    assert 0 < m["compute_time_s"] < m["step_time_s"]
-    assert m["compute_time_s"] + m["idle_time_s"] == pytest.approx(m["step_time_s"])
-    assert 0 < m["comm_time_s"] <= m["idle_time_s"]  # exposed communication is idle time
+    assert 0 < m[COMPUTE_TIME.name] < m[STEP_TIME.name]
+    assert m[COMPUTE_TIME.name] + m[IDLE_TIME.name] == pytest.approx(m[STEP_TIME.name])
+    assert 0 < m[COMM_TIME.name] <= m[IDLE_TIME.name]  # exposed communication is idle time
     assert all(0 < m[f"rank_{r}/idle_fraction"] < 1 for r in (0, 1))
     # Throughput counts the loop's whole interval (data, logging), never less than the step.
     batch = int(run.data.params["data.batch_size"])
-    assert m["throughput_samples_per_s"] <= batch / m["step_time_s"]
+    assert m[THROUGHPUT.name] <= batch / m[STEP_TIME.name]
     assert {a.path for a in MlflowClient(store).list_artifacts(run.info.run_id)} >= {"timeline.png"}
 
 
@@ -138,11 +153,11 @@ def test_a_hung_rank_ends_the_job_at_the_timeout_is_named_and_resumes(
         assert_session_ends(hung.pid)
     (run,) = all_runs(uri)
     assert (run.info.status, run.data.tags["failed_rank"]) == ("FAILED", "1")
-    history = MlflowClient(uri).get_metric_history(run.info.run_id, "train_loss")
+    history = MlflowClient(uri).get_metric_history(run.info.run_id, TRAIN_LOSS.name)
     assert len(history) == 3  # every step logged before is kept
     m = run.data.metrics  # the snapshot holds steps 0 and 1: step 2 and the time held are lost
-    assert m["lost_steps"] == 1 and m["lost_time_s"] > timeout
-    assert m["lost_energy_kwh"] > 0 and m["lost_cost_usd"] > 0
+    assert m[LOST_STEPS.name] == 1 and m[LOST_TIME.name] > timeout
+    assert m[LOST_ENERGY.name] > 0 and m[LOST_COST.name] > 0
     # From the last step that finished to the run's end: the timeout, and a few seconds more.
     waited = run.info.end_time / 1000 - max(m.timestamp for m in history) / 1000
     assert timeout <= waited < timeout + 8

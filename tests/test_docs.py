@@ -35,6 +35,20 @@ from mlflow import MlflowClient
 from mlflow.entities import Run
 
 from runner import validate
+from runner.metrics import (
+    CALIBRATE_MEMORY_BANDWIDTH,
+    CALIBRATE_WORKSPACE,
+    COST,
+    ENERGY,
+    EXAMPLE_GRAD_W_A1,
+    EXAMPLE_GRAD_W_B1,
+    EXAMPLE_Y_HAT,
+    EXAMPLE_Y_HAT_SHIFTED,
+    EXAMPLE_Z,
+    LOST_STEPS,
+    LOST_TIME,
+    PLAN_FITS,
+)
 from tests.helpers.jobs import REPOSITORY, compose_job
 from tests.helpers.metrics import assert_registered
 from tests.helpers.records import all_runs, assert_redone_steps_repeat, logged_per_step, loss_series
@@ -429,7 +443,7 @@ def check_price(o: Outcome, history: list[Outcome]) -> bool:
     devices, kwh, usd = (float(s.replace(",", "")) for s in said.groups())
     (run,) = o.new
     m = run.data.metrics
-    assert (m["world_size"], m["energy_kwh"], m["cost_usd"]) == pytest.approx((devices, kwh, usd))
+    assert (m["world_size"], m[ENERGY.name], m[COST.name]) == pytest.approx((devices, kwh, usd))
     assert run.data.tags["world_size"] == str(int(devices))
     return True
 
@@ -444,7 +458,7 @@ def check_fits(o: Outcome, history: list[Outcome]) -> bool:
     fitting = {
         (int(r.data.params["parallel.tp"]), int(r.data.params["parallel.pp"]))
         for r in o.trained()
-        if r.data.tags["fits"] == "yes"
+        if r.data.tags[PLAN_FITS.name] == "yes"
     }
     assert fitting == named, (fitting, named)
     return True
@@ -464,15 +478,15 @@ def check_worked_example(o: Outcome, history: list[Outcome]) -> bool:
     gradients 0.84 and 2.1", logged as metrics."""
     printed = {
         "seed_neuron": {
-            "z": r"z = ([\d.]+)",
-            "y_hat": r"y_hat = ([\d.]+)",
-            "y_hat_shifted": r"-> ([\d.]+)",
+            EXAMPLE_Z.name: r"z = ([\d.]+)",
+            EXAMPLE_Y_HAT.name: r"y_hat = ([\d.]+)",
+            EXAMPLE_Y_HAT_SHIFTED.name: r"-> ([\d.]+)",
         },
         "seed_backprop": {
-            "y_hat": r"y_hat ([\d.]+)",
+            EXAMPLE_Y_HAT.name: r"y_hat ([\d.]+)",
             "loss": r"loss ([\d.]+)",
-            "grad_w_a1": r"gradients ([\d.]+)",
-            "grad_w_b1": r"gradients [\d.]+ and ([\d.]+)",
+            EXAMPLE_GRAD_W_A1.name: r"gradients ([\d.]+)",
+            EXAMPLE_GRAD_W_B1.name: r"gradients [\d.]+ and ([\d.]+)",
         },
     }.get(o.keys.get("experiment", ""), {})
     found = {k: re.search(p, o.cmd.comment) for k, p in printed.items()}
@@ -505,7 +519,9 @@ def check_fault(o: Outcome, history: list[Outcome]) -> bool:
         assert "Traceback" not in o.done.stderr, o.done.stderr[-2000:]
         assert o.done.stderr.strip().splitlines()[-1].startswith("error: "), o.done.stderr[-500:]
         assert len(loss_series(o.uri, o.new[0].info.run_id)) == at
-        assert {"lost_steps", "lost_time_s"} <= set(o.new[0].data.metrics), o.new[0].data.metrics
+        assert {LOST_STEPS.name, LOST_TIME.name} <= set(o.new[0].data.metrics), o.new[
+            0
+        ].data.metrics
     return bool(tag) or any(k in o.keys for k in ("fault.hang_rank", "fault.disk_full_at_step"))
 
 
@@ -534,7 +550,7 @@ def check_resume(o: Outcome, history: list[Outcome]) -> bool:
         r"kill-and-resume example above, `lost_steps` is (\d+)", document_text(ROOT / o.cmd.doc)
     )
     if lost and "fault.kill_rank" in killed.keys:
-        assert run.data.metrics.get("lost_steps") == float(lost.group(1)), run.data.metrics
+        assert run.data.metrics.get(LOST_STEPS.name) == float(lost.group(1)), run.data.metrics
     return True
 
 
@@ -569,7 +585,7 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
     for link in ("all_reduce", "p2p"):  # more bytes take longer; loopback moves > 10 MB/s
         assert measured["times"][link][-1] > measured["times"][link][0]
         assert measured[link]["bandwidth_bytes_s"] > 1e7
-    assert measured["memory_bandwidth_bytes_s"] > 1e9  # any host copies 1 GB/s
+    assert measured[CALIBRATE_MEMORY_BANDWIDTH.name] > 1e9  # any host copies 1 GB/s
     with contextlib.chdir(o.root):  # ./conf is on Hydra's search path where the reader works
         cfg, choices = compose_job("hardware=calibrated", "mode=plan")
     assert choices["hardware"] == "calibrated"
@@ -580,7 +596,7 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
         assert max(shares.values()) == 1.0 and shares[32] < 1.0
     assert 0 < cfg.hardware.compute_efficiency <= 1
     # what the runner's rank held beyond its tensors, as the planner reads it (MiB)
-    workspace = measured["workspace_bytes"] / 2**20
+    workspace = measured[CALIBRATE_WORKSPACE.name] / 2**20
     assert cfg.hardware.workspace_mib[measured["compute"]] == pytest.approx(workspace, abs=0.01)
     return True
 

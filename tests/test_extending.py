@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.metrics import PLAN_PARAMS
 from tests.helpers.jobs import QUICK, copy_of_the_repository
 from tests.helpers.records import all_runs, loss_series
 
@@ -81,7 +82,7 @@ def test_a_model_added_as_the_recipe_says_trains_in_every_layout_and_plans(
     runs = all_runs(f"sqlite:///{root / 'mlflow.db'}")
     assert {r.data.tags["model"] for r in runs} == {"toy"}
     (planned,) = [r for r in runs if r.data.tags["mode"] == "plan"]
-    assert planned.data.metrics["params_total"] == 64 * 32 + 32 + 32 * 10 + 10
+    assert planned.data.metrics[PLAN_PARAMS.name] == 64 * 32 + 32 + 32 * 10 + 10
     trained = {r.data.tags["parallel"]: r for r in runs if r.data.tags["mode"] == "train"}
     assert set(trained) == LAYOUTS
     uri = f"sqlite:///{root / 'mlflow.db'}"

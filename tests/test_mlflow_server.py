@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from runner.metrics import EXAMPLE_Y_HAT
 from tests.helpers.in_process import Cli
 from tests.helpers.records import all_runs
 from tests.helpers.servers import mlflow_serving
@@ -27,6 +28,6 @@ def test_a_run_is_logged_to_a_server_over_http(server: str, tmp_path: Path, cli:
     assert f"  see it: {server}/#/experiments/" in done.stderr  # the server's own page
     (run,) = all_runs(server)
     assert run.info.status == "FINISHED"
-    assert round(run.data.metrics["y_hat"], 3) == 0.992
+    assert round(run.data.metrics[EXAMPLE_Y_HAT.name], 3) == 0.992
     artifacts = {a.path for a in MlflowClient(server).list_artifacts(run.info.run_id)}
     assert artifacts == {"config.yaml", "overrides.yaml"}

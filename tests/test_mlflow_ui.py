@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from runner.metrics import TRAIN_LOSS
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK
 from tests.helpers.records import all_runs
@@ -102,16 +103,16 @@ def test_the_ui_shows_a_studys_answer_its_comparison_and_a_jobs_loss_chart(
         cells = [row.get_by_role("cell").all_inner_texts() for row in rows.all()]
         by_number = {row[0]: row for row in cells}  # #N: the N-th job to start
         for number, job in enumerate(jobs, 1):
-            losses = MlflowClient(store).get_metric_history(job.info.run_id, "train_loss")
+            losses = MlflowClient(store).get_metric_history(job.info.run_id, TRAIN_LOSS.name)
             final = max(losses, key=lambda m: m.step).value
             assert by_number[str(number)][2:4] == ["FINISHED", f"{final:.4f}"], cells
         # A job's train_loss chart: one point per step.
         job = jobs[0]
         page.goto(f"{url}/#/experiments/{job.info.experiment_id}/runs/{job.info.run_id}"
                   "/model-metrics?workflowType=machine_learning")  # fmt: skip
-        page.get_by_placeholder("Search metric charts").fill("train_loss")
+        page.get_by_placeholder("Search metric charts").fill(TRAIN_LOSS.name)
         card = page.locator('[data-testid="experiment-view-compare-runs-card"]')
-        card.get_by_text("train_loss", exact=True).wait_for()
+        card.get_by_text(TRAIN_LOSS.name, exact=True).wait_for()
         points = card.locator(".js-plotly-plot .scatterlayer .point")
         points.nth(STEPS - 1).wait_for()
         assert points.count() == STEPS

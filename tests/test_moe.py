@@ -11,6 +11,15 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from runner.metrics import (
+    COMM_BUSBW,
+    COMM_BYTES_PER_STEP,
+    HELD_FOR_BACKWARD,
+    ROUTER_BALANCE,
+    ROUTER_DROPPED,
+    ROUTER_LOAD,
+    prediction,
+)
 from runner.models.moe.model import MoEFeedForward
 from runner.models.registry import SPECS
 from tests.helpers.in_process import Cli
@@ -110,9 +119,9 @@ def test_training_logs_the_routers_figures(store: str) -> None:
     run_id = train("model=moe", "trainer.max_steps=4")
     run = next(r for r in all_runs(store) if r.info.run_id == run_id)
     m = run.data.metrics
-    assert 1 <= m["router/load_max_over_mean"] <= 4  # 4 experts: the busiest takes at most all
-    assert 0 <= m["router/dropped_fraction"] < 1 and m["router/balance_loss"] > 0
-    assert len(loss_series(store, run_id, "router/balance_loss")) == 4
+    assert 1 <= m[ROUTER_LOAD.name] <= 4  # 4 experts: the busiest takes at most all
+    assert 0 <= m[ROUTER_DROPPED.name] < 1 and m[ROUTER_BALANCE.name] > 0
+    assert len(loss_series(store, run_id, ROUTER_BALANCE.name)) == 4
 
 
 EP_JOB = ["model=moe", "model.d_model=32", "model.n_layers=2", "model.dropout=0",
@@ -144,14 +153,14 @@ def test_every_expert_layout_equals_the_single_process_run_and_counts_its_bytes(
     batch is split."""
     single_id = train(*EP_JOB)
     single = loss_series(store, single_id)
-    router = loss_series(store, single_id, "router/load_max_over_mean")
+    router = loss_series(store, single_id, ROUTER_LOAD.name)
     for name, (layout, dims) in EP_LAYOUTS.items():
         done = cli(*EP_JOB, *QUICK, *layout, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         run = assert_equal_and_counted(store, single, name, dims, RELATIVE)
-        assert run.data.metrics["comm_busbw_gbs/ep"] > 0, name
+        assert run.data.metrics[COMM_BUSBW.at(dim="ep")] > 0, name
         # every rank's tokens counted: the router's figures are one process's
-        load = loss_series(store, run.info.run_id, "router/load_max_over_mean")
+        load = loss_series(store, run.info.run_id, ROUTER_LOAD.name)
         assert load == pytest.approx(router, rel=1e-6), name
         if name == "dp=2 x ep=2":
             for rank in (0, 1):
@@ -174,8 +183,8 @@ def test_dropless_expert_parallelism_equals_one_process(
     (run,) = [r for r in all_runs(store) if r.data.tags.get("world_size") == "2"]
     m = run.data.metrics
     assert loss_series(store, run.info.run_id) == pytest.approx(single, rel=RELATIVE)
-    assert m["router/dropped_fraction"] == 0
-    assert m["comm_bytes_per_step/ep"] >= m["pred/comm_bytes_per_step/ep"]
+    assert m[ROUTER_DROPPED.name] == 0
+    assert m[COMM_BYTES_PER_STEP.at(dim="ep")] >= m[prediction(COMM_BYTES_PER_STEP.at(dim="ep"))]
 
 
 @pytest.mark.slow
@@ -192,9 +201,12 @@ def test_the_planner_counts_the_experts_slots(store: str) -> None:
         run_id = train("model=moe", f"model.capacity_factor={factor}", "trainer.max_steps=3",
                        "trainer.val_batches=0")  # fmt: skip
         m = MlflowClient(store).get_run(run_id).data.metrics
-        assert 0.85 < m["activations_gib"] / m["pred/activations_gib"] < 1.15, (factor, m)
+        assert 0.85 < m[HELD_FOR_BACKWARD.name] / m[prediction(HELD_FOR_BACKWARD.name)] < 1.15, (
+            factor,
+            m,
+        )
         assert_peak_as_planned(m)
-        held[factor] = m["activations_gib"], m["pred/activations_gib"]
+        held[factor] = m[HELD_FOR_BACKWARD.name], m[prediction(HELD_FOR_BACKWARD.name)]
     slots = 2 * (4 - 1.25) * 2 * 5 * 64 * 32 * 128 * 4 / 2**30  # blocks x factors x k x 5 sbh
     assert held[4][1] - held[1.25][1] == pytest.approx(slots, rel=1e-12)
     assert held[4][0] - held[1.25][0] == pytest.approx(slots, rel=0.1)

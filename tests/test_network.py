@@ -17,6 +17,15 @@ from mlflow import MlflowClient
 from scipy.stats import spearmanr
 
 from runner import validate
+from runner.metrics import (
+    COMM_BUSBW,
+    COMM_BYTES_PER_STEP,
+    IDLE_FRACTION,
+    IDLE_TIME,
+    STEP_TIME,
+    TRAIN_LOSS,
+    prediction,
+)
 from runner.network import emulation
 from runner.network.delivered import delivered_gbs
 from runner.network.emulation import PREFIX, emulated, namespaces
@@ -132,8 +141,8 @@ def test_a_shaped_link_delivers_its_rate_and_changes_no_loss(
         run = max(all_runs(store), key=lambda r: r.info.start_time)
         assert run.data.params["emulated_link.rate_mbit"] == f"{mbit:g}"
         m = run.data.metrics
-        nbytes = m["comm_bytes_per_step/dp"]
-        assert nbytes > 4e6 and m["comm_busbw_gbs/dp"] <= mbit / 8000, (mbit, m)
+        nbytes = m[COMM_BYTES_PER_STEP.at(dim="dp")]
+        assert nbytes > 4e6 and m[COMM_BUSBW.at(dim="dp")] <= mbit / 8000, (mbit, m)
         got = delivered_gbs(MlflowClient(store), run.info.run_id, tmp_path / str(mbit), nbytes)
         # Shaped: never above the rate (but for the bucket's 16 KiB), never far below it. How
         # close it comes is benchmarks/'s to say, on a quiet host (0.88 to 0.89 alone)
@@ -191,19 +200,19 @@ def test_the_network_study_is_planned_within_a_fifth_and_ranked_as_measured(
     layouts, rates = ("data", "pipeline", "tensor"), (0.0025, 0.005, 0.01)
     assert [(j.data.tags["parallel"], float(j.data.params["hardware.inter_node.bandwidth_gbs"]))
             for j in a.jobs] == [(p, r) for p in layouts for r in rates]  # fmt: skip
-    measured, planned = a.metric("step_time_s"), a.metric("pred/step_time_s")
+    measured, planned = a.metric(STEP_TIME.name), a.metric(prediction(STEP_TIME.name))
     for number, (got, guess) in enumerate(zip(measured, planned, strict=True)):
         if number % 3 == 0:  # 20 Mbit/s
             assert 0.8 <= guess / got <= 1.2, (a.jobs[number].data.tags["parallel"], got, guess)
     assert spearmanr(measured, planned).statistic >= 0.9, (measured, planned)
-    assert "Spearman" in a.said.split("idle_fraction")[0]
+    assert "Spearman" in a.said.split(IDLE_FRACTION.name)[0]
     for i in range(0, 9, 3):  # a layout's three rates, narrowest first
         # In seconds: near saturation the measured share can tie (dp read 87% at 20 Mbit/s, 88%
         # at 40, beside other tests: a rank blocked on a slow link's sends counts as working)
-        for key in ("idle_time_s", "pred/idle_fraction"):
+        for key in (IDLE_TIME.name, prediction(IDLE_FRACTION.name)):
             idle = a.metric(key)[i : i + 3]
             assert idle[0] > idle[1] > idle[2], (key, a.jobs[i].data.tags["parallel"], idle)
-        losses = a.metric("train_loss")[i : i + 3]
+        losses = a.metric(TRAIN_LOSS.name)[i : i + 3]
         assert losses == pytest.approx([losses[0]] * 3, rel=1e-6)
     assert ours(os.getpid()) == []
 

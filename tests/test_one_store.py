@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.metrics import THROUGHPUT
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK
 from tests.helpers.processes import cli_job
@@ -33,7 +34,7 @@ def test_runs_and_a_sweep_started_together_on_a_new_store_all_finish_with_every_
     assert sorted(r.data.params["seed"] for r in trained) == ["1", "2", "3", "4"]
     assert {r.info.status for r in runs} == {"FINISHED"} and len(runs) == 5  # the sweep's parent
     keys = [set(r.data.metrics) for r in trained]
-    assert all(k == keys[0] for k in keys) and "throughput_samples_per_s" in keys[0]
+    assert all(k == keys[0] for k in keys) and THROUGHPUT.name in keys[0]
     for run in trained:
         assert len(loss_series(store, run.info.run_id)) == STEPS
 

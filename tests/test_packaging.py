@@ -15,6 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+from runner.metrics import EXAMPLE_Y_HAT
 from tests.helpers.records import all_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,4 +150,4 @@ def test_a_wheel_installed_into_a_fresh_environment_runs_from_any_directory(
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = all_runs(f"sqlite:///{elsewhere / 'mlflow.db'}")
     assert run.info.status == "FINISHED"
-    assert round(run.data.metrics["y_hat"], 3) == 0.992  # the seed's worked neuron
+    assert round(run.data.metrics[EXAMPLE_Y_HAT.name], 3) == 0.992  # the seed's worked neuron

@@ -7,6 +7,7 @@ import pytest
 from mlflow import MlflowClient
 
 from runner import choices, validate
+from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, COMM_BYTES_PER_STEP, prediction
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
 from tests.helpers.metrics import assert_registered
@@ -114,12 +115,14 @@ def test_the_seeds_pipeline_is_measured_drawn_and_tabled(
     m = run.data.metrics
     # The P2P payloads really sent are the activations and gradients the formula counts.
     assert (
-        m["comm_bytes_per_step/pp"] == m["pred/comm_bytes_per_step/pp"] == 2 * 64 * 3 * 64 * 4 / 4
+        m[COMM_BYTES_PER_STEP.at(dim="pp")]
+        == m[prediction(COMM_BYTES_PER_STEP.at(dim="pp"))]
+        == 2 * 64 * 3 * 64 * 4 / 4
     )
-    assert m["bubble_fraction_theory"] == pytest.approx(3 / 7)
+    assert m[BUBBLE_THEORY.name] == pytest.approx(3 / 7)
     # 4 ranks on 2 cores, each layer's work emulated (a device's, its rank asleep): the measured
     # bubble is the theory's, within 2 pts as shipped (docs/studies.md), 10 beside other tests.
-    assert m["bubble_fraction_measured"] == pytest.approx(3 / 7, abs=0.1)
+    assert m[BUBBLE_MEASURED.name] == pytest.approx(3 / 7, abs=0.1)
     assert (
         "its rank slept 20 ms a forward and 40 ms a backward"
         in run.data.tags["mlflow.note.content"]

@@ -15,6 +15,20 @@ from omegaconf import OmegaConf
 
 from runner import validate
 from runner.job import resolve_job
+from runner.metrics import (
+    COMM_BYTES_PER_STEP,
+    COMM_TIME,
+    COST,
+    ENERGY,
+    MFU,
+    PEAK_MEMORY,
+    PLAN_FITS,
+    PLAN_HOURS,
+    PLAN_PARAMS,
+    PLAN_TOKENS_PER_S,
+    STEP_TIME,
+    prediction,
+)
 from runner.planner import plan
 from runner.planner.hardware import flops_per_device
 from tests.helpers.in_process import Cli
@@ -39,20 +53,20 @@ def test_gpt3_on_the_seeds_cluster_costs_the_seeds_price(
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])  # the last line is the JSON object
     assert out["world_size"] == 50_000
-    assert out["energy_kwh"] == pytest.approx(25_200_000)  # 17.5 MW for 1,440 h
-    assert out["cost_usd"] == pytest.approx(2_520_000)
+    assert out[ENERGY.name] == pytest.approx(25_200_000)  # 17.5 MW for 1,440 h
+    assert out[COST.name] == pytest.approx(2_520_000)
     parts = out["params_by_component"]  # counted from the config (the formulas are tested)
     assert parts["embedding"] == 50_000 * 12_288  # 614.4 M
     assert parts["attention"] / 96 == pytest.approx(604e6, rel=1e-3)
     assert parts["ffn"] / 96 == pytest.approx(1_208e6, rel=1e-3)
-    assert out["params_total"] == pytest.approx(175e9, rel=0.01)
+    assert out[PLAN_PARAMS.name] == pytest.approx(175e9, rel=0.01)
     for key in ("weights", "gradients", "optimizer_state", "activations"):
         assert out["mem_per_device_gib"][key] > 0
     assert set(out["comm_bytes_per_step"]) == {"dp", "tp", "pp"}
-    assert 0 < out["mfu"] < 1 and out["step_time_s"] > 0 and out["tokens_per_s"] > 0
+    assert 0 < out[MFU.name] < 1 and out[STEP_TIME.name] > 0 and out[PLAN_TOKENS_PER_S.name] > 0
     (run,) = all_runs(seeded)
     assert (run.info.status, run.data.tags["mode"]) == ("FINISHED", "plan")
-    assert run.data.metrics["cost_usd"] == pytest.approx(2_520_000)
+    assert run.data.metrics[COST.name] == pytest.approx(2_520_000)
     assert_registered(run)
 
 
@@ -82,10 +96,10 @@ def test_a_plan_answers_where_training_refuses(
         " planned at 128\n"
     )
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["world_size"] == 128 and out["fits"] is False and out["bound"] == "memory"
+    assert out["world_size"] == 128 and out[PLAN_FITS.name] is False and out["bound"] == "memory"
     assert out["to_fit"].startswith(f"{out['mem_per_device_gib']['total'] / 80:,.1f} x a device's")
     (run,) = all_runs(seeded)
-    assert (run.data.tags["fits"], run.data.params["data.batch_size"]) == ("no", "128")
+    assert (run.data.tags[PLAN_FITS.name], run.data.params["data.batch_size"]) == ("no", "128")
     # On this host's profile not one layer fits 24 GiB without a tensor-parallel split.
     done = cli("mode=plan", "model=gpt3_175b", "hardware.memory_gib=24", cwd=tmp_path)
     assert done.returncode == 0 and "one layer alone needs 27 GiB at parallel.tp=1" in done.stdout
@@ -118,8 +132,8 @@ def test_mixed_precision_keeps_fp32_state_and_halves_activations() -> None:
     # the last stage's rank, which holds fewer micro-batches)
     assert mem16["activations"] == pytest.approx(mem32["activations"] / 2)
     # The same model FLOPs against each precision's peak (989 and 67 TFLOP/s on an H100).
-    assert bf16["step_time_s"] < fp32["step_time_s"]
-    flops = [run["mfu"] * run["step_time_s"] * peak for run, peak in ((fp32, 67), (bf16, 989))]
+    assert bf16[STEP_TIME.name] < fp32[STEP_TIME.name]
+    flops = [run[MFU.name] * run[STEP_TIME.name] * peak for run, peak in ((fp32, 67), (bf16, 989))]
     assert flops[0] == pytest.approx(flops[1])
     # The residual stream stays fp32 between stages; the blocks' tp forward all-reduces are
     # 16-bit and their backward ones fp32 (the gradients of the stream): 3/4 of the bytes. The
@@ -133,7 +147,7 @@ def test_mixed_precision_keeps_fp32_state_and_halves_activations() -> None:
 
 def test_a_token_budget_sets_the_duration() -> None:
     out = planned(*MEGATRON, "plan.tokens=3e11")  # GPT-3's 300 B tokens
-    assert out["hours"] == pytest.approx(3e11 / out["tokens_per_s"] / 3600)
+    assert out[PLAN_HOURS.name] == pytest.approx(3e11 / out[PLAN_TOKENS_PER_S.name] / 3600)
 
 
 @pytest.mark.parametrize(
@@ -208,10 +222,10 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(
     step = [(1.0, 1.1), (2.0, 1.6), (3.0, 4.2), (4.0, 3.0)]
     memory = [(10.0, 12.0), (20.0, 30.0), (30.0, 27.0)]  # +20 %, +50 %, -10 %; 2 and 3 swapped
     mfu = [(0.4, 0.5), (0.3, 0.33), (0.5, 0.45)]
-    logged = [{"step_time_s": m, "pred/step_time_s": p} for m, p in step]
+    logged = [{STEP_TIME.name: m, prediction(STEP_TIME.name): p} for m, p in step]
     for metrics, (mem, pred_mem), (util, pred_util) in zip(logged[1:], memory, mfu, strict=True):
-        metrics.update({"peak_memory_gib": mem, "pred/peak_memory_gib": pred_mem})
-        metrics.update({"mfu": util, "pred/mfu": pred_util})
+        metrics.update({PEAK_MEMORY.name: mem, prediction(PEAK_MEMORY.name): pred_mem})
+        metrics.update({MFU.name: util, prediction(MFU.name): pred_util})
     for metrics in logged:
         run = client.create_run(exp, tags={"mode": "train", "mlflow.parentRunId": sweep})
         for key, value in metrics.items():
@@ -226,11 +240,13 @@ def test_the_report_compares_a_sweeps_predictions_with_its_measurements(
         run_job(cfg, choices, ["mode=report"])
     cfg, choices = compose_job("mode=report")
     result = run_job(cfg, choices, ["mode=report"])
-    for figure in ("step_time_s", "peak_memory_gib"):
+    for figure in (STEP_TIME.name, PEAK_MEMORY.name):
         error, rank = expected(logged, figure, f"pred/{figure}")
         assert result[f"median_abs_error/{figure}"] == pytest.approx(error)
         assert result[f"spearman/{figure}"] == pytest.approx(rank)
-    assert result["median_abs_error/mfu"] == pytest.approx(expected(logged, "mfu", "pred/mfu")[0])
+    assert result["median_abs_error/mfu"] == pytest.approx(
+        expected(logged, MFU.name, prediction(MFU.name))[0]
+    )
     ranks = (result["spearman/step_time_s"], result["spearman/peak_memory_gib"])
     assert ranks == pytest.approx((0.8, 0.5))  # 1 - 6 * 2 / (4 * 15), 1 - 6 * 2 / (3 * 8)
     (report,) = [r for r in all_runs(store) if r.data.tags.get("mode") == "report"]
@@ -254,9 +270,9 @@ def fake_run(name: str, **metrics: float) -> SimpleNamespace:
 def test_the_report_leaves_a_run_without_memory_out_of_the_memory_figures() -> None:
     from runner.modes import report
 
-    step = {"step_time_s": 2.0, "pred/step_time_s": 2.5}
+    step = {STEP_TIME.name: 2.0, prediction(STEP_TIME.name): 2.5}
     old = fake_run("old", **step)
-    new = fake_run("new", **step, peak_memory_gib=4.0, **{"pred/peak_memory_gib": 3.0})
+    new = fake_run("new", **step, peak_memory_gib=4.0, **{prediction(PEAK_MEMORY.name): 3.0})
     result = report.summary([old, new])
     assert result["median_abs_error/peak_memory_gib"] == pytest.approx(0.25)
     assert "spearman/peak_memory_gib" not in result  # one run has it: nothing to rank
@@ -273,13 +289,15 @@ def test_the_report_leaves_a_run_without_memory_out_of_the_memory_figures() -> N
     assert names == [r.info.run_name for r in long]
     # A measurement at or below 0 (a tiny run's resident memory read below its start) is no
     # figure: left out of the errors and of the log-log picture, which it would break.
-    below = fake_run("below", **step, peak_memory_gib=-4e-5, **{"pred/peak_memory_gib": 1e-4})
+    below = fake_run("below", **step, peak_memory_gib=-4e-5, **{prediction(PEAK_MEMORY.name): 1e-4})
     with_below = report.summary([old, new, below])
     assert with_below["median_abs_error/peak_memory_gib"] == pytest.approx(0.25)
     assert len(report.picture([old, new, below], with_below).axes) == 2
     # No run with memory (a sweep from before it was measured): step time only, as it was.
-    result = report.summary([old, fake_run("older", step_time_s=1.0, **{"pred/step_time_s": 1.2})])
-    assert not any("peak_memory_gib" in key for key in result)
+    result = report.summary(
+        [old, fake_run("older", step_time_s=1.0, **{prediction(STEP_TIME.name): 1.2})]
+    )
+    assert not any(PEAK_MEMORY.name in key for key in result)
     assert "peak GiB" not in report.table([old], result)
     assert len(report.picture([old], result).axes) == 1
 
@@ -302,7 +320,7 @@ def test_without_a_pipeline_virtual_stages_change_no_prediction() -> None:
 
     cfg, _ = compose_job("parallel=data", "hardware.devices=2", "parallel.virtual_stages=2")
     validate.validate(cfg)
-    assert predict(resolve_job(cfg))["pred/comm_bytes_per_step/dp"] == 4 * spec_for(
+    assert predict(resolve_job(cfg))[prediction(COMM_BYTES_PER_STEP.at(dim="dp"))] == 4 * spec_for(
         cfg.model
     ).params(cfg.model)
 
@@ -386,7 +404,7 @@ def test_ddp_pays_its_cost_whole_and_over_busy_loopback_hides_nothing() -> None:
 
     def dp(*more: str) -> tuple[float, float, float]:
         p = planned_job(*job, *more)
-        return p["comm_time_s"]["dp"], p["comm_hidden_s"]["dp"], p["comm_bytes_per_step"]["dp"]
+        return p[COMM_TIME.name]["dp"], p["comm_hidden_s"]["dp"], p["comm_bytes_per_step"]["dp"]
 
     link = compose_job(*job)[0].hardware.intra_node
     bare, hidden, grads = dp("hardware.ddp_overhead_us_per_mb=0")

@@ -14,6 +14,7 @@ from benchmarks.published import LLAMA3_TABLE_4, TABLE_1, equation_3_flops, h100
 from runner import validate
 from runner.job import resolve_job
 from runner.layouts.pipeline.traffic import tied_bytes, tied_share
+from runner.metrics import COMM_TIME, MFU
 from runner.models.spec import Gemm
 from runner.planner import gemm, plan
 from runner.planner.memory import in_flight
@@ -74,16 +75,16 @@ def test_data_parallel_all_reduce_hides_behind_backward_but_its_last_bucket() ->
     base = ["model=gpt3_175b", "hardware=h100_cluster", "parallel.tp=8", "parallel.pp=8"]
     short = ["parallel.dp=2", "data.batch_size=16", "parallel.microbatches=8", "data.seq_len=32"]
     out = plan(job_of(*base, *short))  # a backward of 32 tokens hides some of it
-    total = out["comm_time_s"]["dp"] + out["comm_hidden_s"]["dp"]
-    assert 0 < out["comm_time_s"]["dp"] < total
+    total = out[COMM_TIME.name]["dp"] + out["comm_hidden_s"]["dp"]
+    assert 0 < out[COMM_TIME.name]["dp"] < total
     # A long backward hides all but the last bucket, whose all-reduce starts when it ends.
     long = plan(job_of(*base, "parallel.dp=2", "data.batch_size=512", "parallel.microbatches=8"))
-    assert long["comm_time_s"]["dp"] + long["comm_hidden_s"]["dp"] == pytest.approx(total)
-    assert long["comm_time_s"]["dp"] < out["comm_time_s"]["dp"]
+    assert long[COMM_TIME.name]["dp"] + long["comm_hidden_s"]["dp"] == pytest.approx(total)
+    assert long[COMM_TIME.name]["dp"] < out[COMM_TIME.name]["dp"]
     # What is left is the last bucket (a mean over stages): a stage's first weight, at least
     # 1/tp of a d x d projection, at most the first stage's 1/tp of the embedding, in fp32, at
     # the InfiniBand link's 50 GB/s x 0.8 (a ring of 2 puts 2(n-1)/n = 1 of it on the wire).
-    bucket_s = long["comm_time_s"]["dp"] - 5e-6  # one call's latency
+    bucket_s = long[COMM_TIME.name]["dp"] - 5e-6  # one call's latency
     assert 12_288**2 / 8 * 4 / 40e9 < bucket_s < 50_000 * 12_288 / 8 * 4 / 40e9
 
 
@@ -99,7 +100,7 @@ def test_scatter_gather_sends_one_tp_th_between_stages_and_gathers_over_tp() -> 
     assert split["comm_bytes_per_step"]["pp"] == pytest.approx(sent / 8 + tied)
     gathered = split["comm_bytes_per_step"]["tp"] - whole["comm_bytes_per_step"]["tp"]
     assert gathered == pytest.approx(sent / 2)  # see the module
-    assert split["comm_time_s"]["pp"] < whole["comm_time_s"]["pp"]
+    assert split[COMM_TIME.name]["pp"] < whole[COMM_TIME.name]["pp"]
 
 
 def test_an_interleaved_pipeline_on_gpus_shows_only_its_fill_and_drain_sends() -> None:
@@ -117,16 +118,16 @@ def test_an_interleaved_pipeline_on_gpus_shows_only_its_fill_and_drain_sends() -
     out = plan(job)
     tied_s = 5e-6 + tied_bytes(job) / 40e9
     fill_and_drain = 14 * (5e-6 + 2048 * 12288 * 4 / 40e9) + tied_s
-    assert out["comm_time_s"]["pp"] == pytest.approx(fill_and_drain, rel=1e-9)
+    assert out[COMM_TIME.name]["pp"] == pytest.approx(fill_and_drain, rel=1e-9)
     # The rest hides behind compute: a rank's 2 x 16 micro-batches x 15 boundaries / 8 ranks
-    sends = out["comm_time_s"]["pp"] + out["comm_hidden_s"]["pp"]
+    sends = out[COMM_TIME.name]["pp"] + out["comm_hidden_s"]["pp"]
     assert sends == pytest.approx(60 * (5e-6 + 2048 * 12288 * 4 / 40e9) + tied_s, rel=1e-9)
-    one = plain["comm_time_s"]["pp"]  # 1F1B's: 2 x 16 x 7 / 8 sends a rank, each on the path
+    one = plain[COMM_TIME.name]["pp"]  # 1F1B's: 2 x 16 x 7 / 8 sends a rank, each on the path
     assert one == pytest.approx(28 * (5e-6 + 2048 * 12288 * 4 / 40e9) + tied_s, rel=1e-9)
     # 2 micro-batches: 2 x 2 x 15 / 8 = 7.5 sends a rank, fewer than the path's 14: all shown
     few = plan(job_of(*base[:-3], "data.batch_size=2", "parallel.microbatches=2", *interleaved))
     shown = 7.5 * (5e-6 + 2048 * 12288 * 4 / 40e9) + tied_s
-    assert few["comm_time_s"]["pp"] == pytest.approx(shown, rel=1e-9)
+    assert few[COMM_TIME.name]["pp"] == pytest.approx(shown, rel=1e-9)
     assert few["comm_hidden_s"]["pp"] == 0.0
 
 
@@ -198,10 +199,12 @@ def test_predicted_mfu_rises_with_model_size_as_large_runs_see() -> None:
     """The layouts large runs use (8-way tensor parallelism in a node, pipelines across nodes,
     18 B to 1 T parameters): larger products run closer to peak, so MFU rises with size."""
     eight_way = [row for row in TABLE_1 if row.tp == 8]
-    mfu = [compare(row)["mfu"] for row in eight_way]
+    mfu = [compare(row)[MFU.name] for row in eight_way]
     assert mfu == sorted(mfu) and mfu[-1] - mfu[0] > 0.05
-    assert spearmanr([r.params_b for r in TABLE_1], [compare(r)["mfu"] for r in TABLE_1])[0] > 0.7
-    assert compare(TABLE_1[-1])["mfu"] > compare(TABLE_1[0])["mfu"]
+    assert (
+        spearmanr([r.params_b for r in TABLE_1], [compare(r)[MFU.name] for r in TABLE_1])[0] > 0.7
+    )
+    assert compare(TABLE_1[-1])[MFU.name] > compare(TABLE_1[0])[MFU.name]
 
 
 def test_equation_3_counts_four_passes_of_the_model() -> None:

@@ -15,6 +15,15 @@ from runner.autocast import ACTIVATIONS
 from runner.choices import PRECISIONS
 from runner.job import Job, resolve_job
 from runner.layouts.pipeline.traffic import tied_share
+from runner.metrics import (
+    COMM_BYTES_BY_COLLECTIVE,
+    COMM_BYTES_PER_STEP,
+    MFU,
+    PEAK_ALLOCATED,
+    PEAK_MEMORY,
+    STEP_TIME,
+    prediction,
+)
 from runner.planner import plan, predict
 from runner.planner.memory import largest_unit, memory_per_device_gib, params_per_device
 from runner.precision import BY_NAME
@@ -86,16 +95,18 @@ def test_bf16_mixed_on_every_layout_equals_one_process_in_bf16(
         key=lambda r: r.data.params["parallel.sequence_parallel"],
     )  # "False" < "True"
     tp_run = [*decoder, "parallel=tensor", "hardware.devices=2"]
-    key = "pred/comm_bytes_per_step/tp"
+    key = prediction(COMM_BYTES_PER_STEP.at(dim="tp"))
     full = fp32_prediction(*tp_run)[key]
     blocks = fp32_prediction(*tp_run, "parallel.vocab_parallel=false")[key]
     assert 0 < full - blocks < blocks
-    assert tensor.data.metrics["comm_bytes_per_step/tp"] == blocks * 3 / 4 + (full - blocks)
+    assert tensor.data.metrics[COMM_BYTES_PER_STEP.at(dim="tp")] == blocks * 3 / 4 + (full - blocks)
     # Sequence parallelism gathers and scatters twice the blocks' all-reduce payload, at the same
     # precisions (3/4 of fp32's); where the stream is split and gathered at the ends, fp32
     twice = 2 * blocks
     fp32_sp = fp32_prediction(*tp_run, "parallel.sequence_parallel=true")[f"{key[:-2]}sp"]
-    assert sequence.data.metrics["comm_bytes_per_step/sp"] == twice * 3 / 4 + (fp32_sp - twice)
+    assert sequence.data.metrics[COMM_BYTES_PER_STEP.at(dim="sp")] == twice * 3 / 4 + (
+        fp32_sp - twice
+    )
 
 
 @pytest.mark.slow
@@ -135,14 +146,17 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
         assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
         moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
         assert moved and all(m[k] == m[f"pred/{k}"] for k in moved), layout
-    gather, sp = "comm_bytes_per_step/dp/all_gather", "comm_bytes_per_step/sp"
+    gather, sp = (
+        COMM_BYTES_BY_COLLECTIVE.at(collective="all_gather"),
+        COMM_BYTES_PER_STEP.at(dim="sp"),
+    )
     fsdp = [*decoder, "hardware.devices=2", "parallel=fsdp"]
     assert runs["data", "full"].data.metrics[gather] == fp32_prediction(*fsdp)[f"pred/{gather}"] / 2
     tp_sp = [*decoder, "hardware.devices=2", "parallel=tp_sp"]
     assert runs["tensor", "none"].data.metrics[sp] == fp32_prediction(*tp_sp)[f"pred/{sp}"] / 2
     # gradients reduced in 16 bits (trainer.grad_reduce=bf16): half the reduce-scatter's bytes
     scatter, cp = (
-        "comm_bytes_per_step/dp/reduce_scatter",
+        COMM_BYTES_BY_COLLECTIVE.at(collective="reduce_scatter"),
         [*decoder, "hardware.devices=2", "parallel=cp", "parallel.shard=full"],
     )
     assert (
@@ -150,7 +164,10 @@ def test_bf16_true_on_every_layout_it_trains_equals_one_process_in_bf16_true(
         == fp32_prediction(*cp, TRUE)[f"pred/{scatter}"] / 2
     )
     # the stages' sends halve; the tied embedding's gradient, summed between the ends, stays fp32
-    pp, pipeline = "comm_bytes_per_step/pp", [*decoder, "hardware.devices=2", "parallel=pipeline"]
+    pp, pipeline = (
+        COMM_BYTES_PER_STEP.at(dim="pp"),
+        [*decoder, "hardware.devices=2", "parallel=pipeline"],
+    )
     tied, _ = tied_share(job_of(*pipeline))
     sent = fp32_prediction(*pipeline)[f"pred/{pp}"] - tied
     assert tied > 0 and runs["pipeline", "none"].data.metrics[pp] == sent / 2 + tied
@@ -191,7 +208,7 @@ def test_bf16_true_under_expert_parallelism_equals_one_process_in_bf16_true(
     assert losses_by_step(store, run.info.run_id) == pytest.approx(single, rel=BF16_RELATIVE)
     m = run.data.metrics
     moved = {k for k in m if k.startswith("comm_bytes_per_step/")}
-    assert {"comm_bytes_per_step/dp", "comm_bytes_per_step/ep"} <= moved
+    assert {COMM_BYTES_PER_STEP.at(dim="dp"), COMM_BYTES_PER_STEP.at(dim="ep")} <= moved
     assert all(m[k] == m[f"pred/{k}"] for k in moved)
 
 
@@ -275,8 +292,8 @@ def test_every_run_logs_peak_memory_and_mfu_beside_the_planners(store: str) -> N
     run_id = train(*job)
     (run,) = [r for r in all_runs(store) if r.info.run_id == run_id]
     m = run.data.metrics
-    assert m["peak_memory_gib"] == m["rank_0/peak_memory_gib"] > 0
-    assert m["peak_allocated_gib"] == m["rank_0/peak_allocated_gib"]
+    assert m[PEAK_MEMORY.name] == m["rank_0/peak_memory_gib"] > 0
+    assert m[PEAK_ALLOCATED.name] == m["rank_0/peak_allocated_gib"]
     planned = memory_per_device_gib(job_of(*job))
     # At least the weights, gradients and Adam state the planner counts (16 bytes a parameter),
     # held at once. Malloc's bytes in use, not resident memory: this process has run other jobs,
@@ -284,10 +301,12 @@ def test_every_run_logs_peak_memory_and_mfu_beside_the_planners(store: str) -> N
     # figure is checked in processes of their own: above, and tests/test_recompute.py). The math
     # library's workspace predates the run in this process too.
     resident = planned["total"] - planned["activations"] - planned["workspace"]
-    assert m["peak_allocated_gib"] > resident
-    assert m["pred/peak_memory_gib"] == pytest.approx(planned["total"])
+    assert m[PEAK_ALLOCATED.name] > resident
+    assert m[prediction(PEAK_MEMORY.name)] == pytest.approx(planned["total"])
     # Both MFUs divide the same model FLOPs by a step time and the same peak.
-    assert m["mfu"] * m["step_time_s"] == pytest.approx(m["pred/mfu"] * m["pred/step_time_s"])
+    assert m[MFU.name] * m[STEP_TIME.name] == pytest.approx(
+        m[prediction(MFU.name)] * m[prediction(STEP_TIME.name)]
+    )
 
 
 # --- 16-bit weights over fp32 masters (bf16-true) and fp8, as the planner prices them ---
@@ -329,8 +348,8 @@ def test_zero_3_over_16_bit_weights_gathers_16_bits_and_its_shards_are_the_maste
     true = job_of(*H100_DP8, "parallel.shard=full", "trainer.precision=bf16-true")
     mixed = job_of(*H100_DP8, "parallel.shard=full", "trainer.precision=bf16-mixed")
     planned = {j.trainer.precision: predict(j) for j in (true, mixed)}
-    gather = "pred/comm_bytes_per_step/dp/all_gather"
-    scatter = "pred/comm_bytes_per_step/dp/reduce_scatter"
+    gather = prediction(COMM_BYTES_BY_COLLECTIVE.at(collective="all_gather"))
+    scatter = prediction(COMM_BYTES_BY_COLLECTIVE.at(collective="reduce_scatter"))
     assert planned["bf16-true"][gather] == planned["bf16-mixed"][gather] / 2
     assert planned["bf16-true"][scatter] == planned["bf16-mixed"][scatter]  # fp32 by default
     mem, params = memory_per_device_gib(true), params_per_device(true)
@@ -345,7 +364,7 @@ def test_zero_1_moves_one_all_reduces_bytes() -> None:
     common = [*H100_DP8, "trainer.precision=bf16-true", "trainer.grad_reduce=bf16"]
     ddp = predict(job_of(*common))
     zero = predict(job_of(*common, "parallel.shard=optimizer"))
-    dp = "pred/comm_bytes_per_step/dp"
+    dp = prediction(COMM_BYTES_PER_STEP.at(dim="dp"))
     assert f"{dp}/all_reduce" not in zero
     moved = zero[f"{dp}/reduce_scatter"] + zero[f"{dp}/all_gather"]
     assert moved == 2 * ddp[dp] and zero[f"{dp}/reduce_scatter"] == zero[f"{dp}/all_gather"]
@@ -358,7 +377,8 @@ def test_sequence_parallelism_over_16_bit_weights_moves_16_bits() -> None:
     """Autocast keeps the residual stream and the norms' outputs fp32, which sequence
     parallelism gathers; over 16-bit weights every value it moves is 16-bit: half of 32-true's."""
     tp = ["mode=plan", "hardware=h100", "hardware.devices=2", "parallel=tp_sp", "model.dropout=0"]
-    sp = {p: predict(job_of(*tp, f"trainer.precision={p}"))["pred/comm_bytes_per_step/sp"]
+    key = prediction(COMM_BYTES_PER_STEP.at(dim="sp"))
+    sp = {p: predict(job_of(*tp, f"trainer.precision={p}"))[key]
           for p in ("32-true", "bf16-mixed", "bf16-true")}  # fmt: skip
     assert sp["bf16-true"] == sp["32-true"] / 2 < sp["bf16-mixed"]
 

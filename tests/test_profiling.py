@@ -7,6 +7,12 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from runner.metrics import (
+    COMM_OVERLAP_FRACTION,
+    DEVICE_COMM_FRACTION,
+    DEVICE_COMPUTE_FRACTION,
+    DEVICE_IDLE_FRACTION,
+)
 from runner.training.sampled_profile import STEP, SampledProfile, breakdown
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK
@@ -35,12 +41,16 @@ def test_one_step_in_every_n_is_profiled_after_warm_up() -> None:
 def test_the_breakdown_is_htas_on_known_intervals() -> None:
     # A 10 s step: compute 0-4 and 5-8, communication 3-6; nothing runs 8-10.
     f = breakdown((0.0, 10.0), [(0.0, 4.0), (5.0, 8.0)], [(3.0, 6.0), (-1.0, 0.0)])
-    assert f["device_compute_fraction"] == pytest.approx(0.7)
-    assert f["device_comm_fraction"] == pytest.approx(0.3)  # what lies outside the step is cut
-    assert f["device_idle_fraction"] == pytest.approx(0.2)  # 8-10
-    assert f["comm_overlap_fraction"] == pytest.approx(2 / 3)  # 3-4 and 5-6 of 3-6
-    idle = 1 - f["device_compute_fraction"] - f["device_comm_fraction"]  # the union, another way
-    assert f["device_idle_fraction"] == pytest.approx(idle + 2 / 3 * f["device_comm_fraction"])
+    assert f[DEVICE_COMPUTE_FRACTION.name] == pytest.approx(0.7)
+    assert f[DEVICE_COMM_FRACTION.name] == pytest.approx(0.3)  # what lies outside the step is cut
+    assert f[DEVICE_IDLE_FRACTION.name] == pytest.approx(0.2)  # 8-10
+    assert f[COMM_OVERLAP_FRACTION.name] == pytest.approx(2 / 3)  # 3-4 and 5-6 of 3-6
+    idle = (
+        1 - f[DEVICE_COMPUTE_FRACTION.name] - f[DEVICE_COMM_FRACTION.name]
+    )  # the union, another way
+    assert f[DEVICE_IDLE_FRACTION.name] == pytest.approx(
+        idle + 2 / 3 * f[DEVICE_COMM_FRACTION.name]
+    )
 
 
 @pytest.mark.slow
@@ -56,13 +66,13 @@ def test_a_profiled_ddp_run_agrees_with_its_hooks_and_keeps_its_losses(
     assert loss_series(store, profiled.info.run_id) == pytest.approx(
         loss_series(store, plain.info.run_id), rel=RESUME_RELATIVE
     )
-    assert "device_idle_fraction" not in plain.data.metrics
+    assert DEVICE_IDLE_FRACTION.name not in plain.data.metrics
     m = profiled.data.metrics
     for r in (0, 1):
         idle, compute, comm, overlap = (
             m[f"rank_{r}/{k}"]
-            for k in ("device_idle_fraction", "device_compute_fraction", "device_comm_fraction",
-                      "comm_overlap_fraction")
+            for k in (DEVICE_IDLE_FRACTION.name, DEVICE_COMPUTE_FRACTION.name,
+                      DEVICE_COMM_FRACTION.name, COMM_OVERLAP_FRACTION.name)
         )  # fmt: skip
         assert 0 <= idle <= 1 - max(compute, comm)  # idle: neither ran (means over samples)
         assert comm > 0 and overlap > 0  # gloo's all-reduce runs beside backward

@@ -3,6 +3,15 @@
 import pytest
 
 from runner.layouts.probes import Action, Schedule, Transfer
+from runner.metrics import (
+    COMM_ALGBW,
+    COMM_BUSBW,
+    COMM_BYTES_PER_STEP,
+    COMM_TIME,
+    COMPUTE_TIME,
+    IDLE_FRACTION,
+    IDLE_TIME,
+)
 from runner.training.callbacks.rank_timing import (
     BUBBLE,
     WINDOW,
@@ -34,10 +43,10 @@ def a_step() -> Step:
 
 def test_compute_is_forward_backward_and_optimizer_work_only() -> None:
     f = a_step().figures()
-    assert f["compute_time_s"] == pytest.approx(1.5 + 2.0 + 1.0)
-    assert f["comm_time_s"] == pytest.approx(2.0 + 0.5)  # after the last bucket, and the sync
-    assert f["idle_time_s"] == pytest.approx(7.5 - 4.5)
-    assert f["idle_fraction"] == pytest.approx(3.0 / 7.5)
+    assert f[COMPUTE_TIME.name] == pytest.approx(1.5 + 2.0 + 1.0)
+    assert f[COMM_TIME.name] == pytest.approx(2.0 + 0.5)  # after the last bucket, and the sync
+    assert f[IDLE_TIME.name] == pytest.approx(7.5 - 4.5)
+    assert f[IDLE_FRACTION.name] == pytest.approx(3.0 / 7.5)
     assert f["comm_bytes_dp"] == 500
 
 
@@ -66,10 +75,10 @@ def test_a_schedules_step_counts_its_actions_and_what_blocked_inside_them() -> N
         ],
     )
     f = step.figures()
-    assert f["compute_time_s"] == pytest.approx(
+    assert f[COMPUTE_TIME.name] == pytest.approx(
         2 + 4 - 1 + 1
     )  # actions less the tp wait, optimizer
-    assert f["comm_time_s"] == pytest.approx(1 + 1 + 1 + 0.2)  # P2P wait, tp, tied, logging
+    assert f[COMM_TIME.name] == pytest.approx(1 + 1 + 1 + 0.2)  # P2P wait, tp, tied, logging
     assert f["bubble_fraction"] == pytest.approx(1 - 5 / 10)
     assert [f[k] for k in WINDOW] == pytest.approx([0.0, 10.0, 5.0])  # the run's bubble, over ranks
     assert (f["comm_bytes_tp"], f["comm_bytes_pp"], f["comm_bytes_dp"]) == (64, 128, 0)
@@ -97,12 +106,12 @@ def test_the_bubble_is_over_the_pipelines_step_from_the_first_start_to_the_last_
 
 def test_the_run_takes_means_over_ranks_and_the_worst_idle_fraction() -> None:
     fast, slow = a_step().figures(), a_step().figures()
-    slow["idle_fraction"] = 0.9
+    slow[IDLE_FRACTION.name] = 0.9
     figures = combine([fast, slow])
-    assert figures["idle_fraction"] == pytest.approx((0.4 + 0.9) / 2)
+    assert figures[IDLE_FRACTION.name] == pytest.approx((0.4 + 0.9) / 2)
     assert figures["idle_fraction_max"] == 0.9
     assert figures["rank_1/idle_fraction"] == 0.9
-    assert figures["comm_bytes_per_step/dp"] == 500
+    assert figures[COMM_BYTES_PER_STEP.at(dim="dp")] == 500
 
 
 def test_threads_per_rank_are_cores_over_ranks(monkeypatch) -> None:
@@ -125,8 +134,8 @@ def test_the_bandwidth_delivered_is_nccl_tests_algbw_and_busbw() -> None:
     # a_step's buckets: 500 bytes in flight from 3 to 6 s (3 s); over 4 data-parallel ranks a ring
     # all-reduce puts 2(n-1)/n = 1.5 bytes on each rank's link per byte of payload.
     f = combine([a_step().figures()], {"dp": 4, "tp": 1, "pp": 1})
-    assert f["comm_algbw_gbs/dp"] == pytest.approx(500 / 3 / 1e9)
-    assert f["comm_busbw_gbs/dp"] == pytest.approx(1.5 * 500 / 3 / 1e9)
+    assert f[COMM_ALGBW.at(dim="dp")] == pytest.approx(500 / 3 / 1e9)
+    assert f[COMM_BUSBW.at(dim="dp")] == pytest.approx(1.5 * 500 / 3 / 1e9)
     # An all-gather's and a reduce-scatter's bus factor is (n-1)/n: 1/2 over 2 ranks; two 1 GB
     # collectives one after the other, 1 s each.
     step = Step(
@@ -135,8 +144,8 @@ def test_the_bandwidth_delivered_is_nccl_tests_algbw_and_busbw() -> None:
                    Transfer("tp", "tp reduce-scatter", 1.0, 2.0, 10**9)],
     )  # fmt: skip
     f = combine([step.figures()], {"dp": 1, "tp": 2, "pp": 1})
-    assert (f["comm_algbw_gbs/tp"], f["comm_busbw_gbs/tp"]) == pytest.approx((1.0, 0.5))
-    assert "comm_algbw_gbs/dp" not in f  # one replica: nothing crossed a data-parallel link
+    assert (f[COMM_ALGBW.at(dim="tp")], f[COMM_BUSBW.at(dim="tp")]) == pytest.approx((1.0, 0.5))
+    assert COMM_ALGBW.at(dim="dp") not in f  # one replica: nothing crossed a data-parallel link
 
 
 class FakeCuda:
@@ -206,4 +215,4 @@ def test_a_pipelines_p2p_sends_carry_their_payload_once() -> None:
     f = combine(
         [Step(start=0.0, end=4.0, schedule=schedule).figures()], {"dp": 1, "tp": 1, "pp": 4}
     )
-    assert f["comm_algbw_gbs/pp"] == f["comm_busbw_gbs/pp"] == pytest.approx(128 / 3 / 1e9)
+    assert f[COMM_ALGBW.at(dim="pp")] == f[COMM_BUSBW.at(dim="pp")] == pytest.approx(128 / 3 / 1e9)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.job import resolve_job
+from runner.metrics import COMM_BYTES_PER_STEP, prediction
 from runner.models.registry import spec_for
 from runner.planner import predict
 from runner.planner.memory import activation_bytes
@@ -99,13 +100,13 @@ def test_the_planner_counts_what_autograd_holds_for_backward() -> None:
 
 def comm(run: object) -> tuple[float, float]:
     m = run.data.metrics  # type: ignore[attr-defined]
-    return m["comm_bytes_per_step/tp"], m["pred/comm_bytes_per_step/tp"]
+    return m[COMM_BYTES_PER_STEP.at(dim="tp")], m[prediction(COMM_BYTES_PER_STEP.at(dim="tp"))]
 
 
 def tp_bytes_without_recompute(*job: str) -> float:
     cfg, _ = compose_job(*job)
     validate(cfg)
-    return predict(resolve_job(cfg))["pred/comm_bytes_per_step/tp"]
+    return predict(resolve_job(cfg))[prediction(COMM_BYTES_PER_STEP.at(dim="tp"))]
 
 
 # Each layout with a mode: data x tensor with selective; the decoder's 3-D mesh (its tied
@@ -165,7 +166,7 @@ def test_full_recomputation_all_reduces_again_at_autocast_precision(
     # In fp32: 2 more all-reduces of b*s*h a block (b = 16 samples, s = 64, h = 32, 2 blocks).
     cfg, _ = compose_job(*job, "trainer.recompute=full")
     validate(cfg)
-    fp32 = predict(resolve_job(cfg))["pred/comm_bytes_per_step/tp"]
+    fp32 = predict(resolve_job(cfg))[prediction(COMM_BYTES_PER_STEP.at(dim="tp"))]
     assert fp32 == tp_bytes_without_recompute(*job) + 2 * 16 * 64 * 32 * 2 * 4
 
 

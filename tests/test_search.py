@@ -14,6 +14,7 @@ from matplotlib.pyplot import imread
 from mlflow import MlflowClient
 
 from benchmarks.published import TABLE_1, overrides
+from runner.metrics import MFU, SEARCH_BY_RULES, SEARCH_FIT, SEARCH_LAYOUTS, STEP_TIME
 from runner.planner import plan
 from runner.search.choose import pareto, ranked
 from runner.search.price import job_of
@@ -79,9 +80,9 @@ def test_a_search_prices_each_layout_as_a_plan_of_it_does() -> None:
     assert len(fitting) > 100
     for p in random.Random(0).sample(fitting, 60):
         alone = plan(job_of(base, p.layout))
-        assert p.step_time_s == pytest.approx(alone["step_time_s"], rel=1e-12)
+        assert p.step_time_s == pytest.approx(alone[STEP_TIME.name], rel=1e-12)
         assert p.memory_gib == pytest.approx(alone["mem_per_device_gib"]["total"], rel=1e-12)
-        assert p.mfu == pytest.approx(alone["mfu"], rel=1e-12)
+        assert p.mfu == pytest.approx(alone[MFU.name], rel=1e-12)
 
 
 def test_the_pareto_front_has_no_layout_faster_and_smaller() -> None:
@@ -144,11 +145,11 @@ def test_a_search_is_one_run_with_its_table_chart_and_the_command_that_plans_the
     client = MlflowClient(store)
     table = Path(client.download_artifacts(run.info.run_id, "layouts.csv")).read_text()
     rows = list(csv.DictReader(table.splitlines()))
-    assert len(rows) == run.data.metrics["search/layouts"]
+    assert len(rows) == run.data.metrics[SEARCH_LAYOUTS.name]
     verdicts = [r["verdict"] for r in rows]
-    assert verdicts.count("fit") == run.data.metrics["search/fit"]
+    assert verdicts.count("fit") == run.data.metrics[SEARCH_FIT.name]
     refused = [v for v in verdicts if v not in ("fit", "memory")]
-    assert len(refused) == run.data.metrics["search/refused_by_rules"]
+    assert len(refused) == run.data.metrics[SEARCH_BY_RULES.name]
     assert set(refused) == {"parallel.pp"}  # too many stages
     picture = imread(client.download_artifacts(run.info.run_id, "search.png"))
     assert picture.shape[0] > 300
@@ -159,4 +160,4 @@ def test_a_search_is_one_run_with_its_table_chart_and_the_command_that_plans_the
     planned = cli(*command, "plan.json=true", cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr
     figures = json.loads(planned.stdout.strip().splitlines()[-1])
-    assert figures["step_time_s"] == pytest.approx(run.data.metrics["best/step_time_s"], rel=1e-9)
+    assert figures[STEP_TIME.name] == pytest.approx(run.data.metrics["best/step_time_s"], rel=1e-9)

@@ -10,6 +10,7 @@ import pytest
 from runner import validate
 from runner.job import resolve_job
 from runner.layouts.pipeline.traffic import tied_share
+from runner.metrics import COMM_BUSBW, COMM_BYTES_PER_STEP, HELD_FOR_BACKWARD, STEP_TIME, prediction
 from runner.planner import predict
 from runner.planner.memory import activation_bytes, memory_per_device_gib
 from tests.helpers.in_process import Cli
@@ -60,7 +61,7 @@ def test_every_layout_equals_the_single_process_run_and_counts_its_collectives(
         assert done.returncode == 0, done.stderr[-3000:]
         run = assert_equal_and_counted(store, single, name, dims, RELATIVE)
         assert run.data.params["parallel.sequence_parallel"] == "True", name
-        assert run.data.metrics["comm_busbw_gbs/sp"] > 0, name
+        assert run.data.metrics[COMM_BUSBW.at(dim="sp")] > 0, name
         if name == "tp=2":  # the timeline shows what ran: sp's gathers and scatters, tp's sums
             for rank in (0, 1):
                 shown = shown_on_timeline(store, run.info.run_id, tmp_path, rank)
@@ -113,9 +114,9 @@ def test_sequence_parallelism_lowers_gpt3s_peak_on_an_h100() -> None:
         totals[sp] = memory_per_device_gib(resolve_job(cfg))["total"]
         predicted[sp] = predict(resolve_job(cfg))
     assert totals[True] < totals[False] < 80
-    step = "pred/step_time_s"
+    step = prediction(STEP_TIME.name)
     assert predicted[True][step] < predicted[False][step]
-    pp = "pred/comm_bytes_per_step/pp"
+    pp = prediction(COMM_BYTES_PER_STEP.at(dim="pp"))
     tied, _ = tied_share(resolve_job(cfg))  # the embedding's sum, which sp does not split
     assert predicted[True][pp] - tied == pytest.approx((predicted[False][pp] - tied) / 8)
 
@@ -139,10 +140,10 @@ def test_the_stream_split_holds_what_korthikanti_counts(
         assert done.returncode == 0, done.stderr[-3000:]
         m = max(all_runs(store), key=lambda r: r.info.start_time).data.metrics
         assert m["rank_0/activations_gib"] == pytest.approx(m["rank_1/activations_gib"], rel=0.01)
-        ratio = m["activations_gib"] / m["pred/activations_gib"]
+        ratio = m[HELD_FOR_BACKWARD.name] / m[prediction(HELD_FOR_BACKWARD.name)]
         assert 0.85 < ratio < 1.15, (sp, recompute, m)
         assert_peak_as_planned(m)
-        held[sp, recompute] = m["activations_gib"], m["pred/activations_gib"]
+        held[sp, recompute] = m[HELD_FOR_BACKWARD.name], m[prediction(HELD_FOR_BACKWARD.name)]
     s, b, h, t, blocks, fp32 = 64, 32, 128, 2, 2, 4
     kept = 2 * s * b * h * (1 - 1 / t) * fp32 * blocks / 2**30
     tp, sp = held[False, "none"], held[True, "none"]

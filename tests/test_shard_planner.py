@@ -6,7 +6,13 @@ import pytest
 
 from runner import validate
 from runner.job import resolve_job
-from runner.metrics import PLAN_STEP_TIME
+from runner.metrics import (
+    COMM_BYTES_BY_COLLECTIVE,
+    COMM_BYTES_PER_STEP,
+    COMM_TIME,
+    PLAN_STEP_TIME,
+    prediction,
+)
 from runner.planner import plan, predict
 from runner.planner.hardware import tier, transfer_s
 from runner.planner.memory import GIB
@@ -98,9 +104,11 @@ def test_gathering_after_the_step_moves_the_same_bytes_with_nothing_beside_them(
 
 def test_training_logs_each_collective_beside_the_dp_total() -> None:
     out = predict(job_of(*FFNN, "parallel.shard=full"))
-    assert out["pred/comm_bytes_per_step/dp/all_gather"] == 2 * FFNN_P  # no root: all again
-    assert out["pred/comm_bytes_per_step/dp/reduce_scatter"] == FFNN_P
-    assert out["pred/comm_bytes_per_step/dp"] == 3 * FFNN_P
+    assert (
+        out[prediction(COMM_BYTES_BY_COLLECTIVE.at(collective="all_gather"))] == 2 * FFNN_P
+    )  # no root: all again
+    assert out[prediction(COMM_BYTES_BY_COLLECTIVE.at(collective="reduce_scatter"))] == FFNN_P
+    assert out[prediction(COMM_BYTES_PER_STEP.at(dim="dp"))] == 3 * FFNN_P
     assert not any("/dp/" in k for k in predict(job_of(*FFNN)))
 
 
@@ -138,9 +146,9 @@ def test_fsdp_shows_only_its_first_gathers_and_last_scatters_behind_a_long_step(
     job = job_of(*DECODER[:-1], "data.batch_size=1024", "parallel.shard=gradients")
     link, edge = tier(job.hardware, job.mesh, "dp"), 3 / 4 * 4 * (EMB + BLOCK)
     out = plan(job)
-    assert out["comm_time_s"]["dp"] == pytest.approx(2 * transfer_s(link, 2, edge))
+    assert out[COMM_TIME.name]["dp"] == pytest.approx(2 * transfer_s(link, 2, edge))
     whole = 2 * transfer_s(link, 3, 3 / 4 * DECODER_P)
-    assert out["comm_time_s"]["dp"] + out["comm_hidden_s"]["dp"] == pytest.approx(whole)
+    assert out[COMM_TIME.name]["dp"] + out["comm_hidden_s"]["dp"] == pytest.approx(whole)
 
 
 def test_memory_falls_level_by_level() -> None:

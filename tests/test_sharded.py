@@ -15,6 +15,13 @@ from mlflow import MlflowClient
 
 from runner import validate
 from runner.job import resolve_job
+from runner.metrics import (
+    COMM_BYTES_BY_COLLECTIVE,
+    COMM_BYTES_PER_STEP,
+    PEAK_ALLOCATED,
+    PEAK_MEMORY,
+    prediction,
+)
 from runner.planner.memory import memory_per_device_gib
 from runner.snapshots import find
 from tests.helpers.in_process import Cli
@@ -61,7 +68,7 @@ def assert_counted_as_planned(metrics: dict[str, float], level: str, dims: tuple
     ]:
         assert metrics[key] == metrics[f"pred/{key}"], (level, key)
     parts = sum(metrics[f"comm_bytes_per_step/dp/{c}"] for c in named)
-    assert metrics["comm_bytes_per_step/dp"] == parts
+    assert metrics[COMM_BYTES_PER_STEP.at(dim="dp")] == parts
 
 
 @pytest.mark.slow
@@ -84,8 +91,12 @@ def test_every_level_equals_the_single_process_run_and_counts_its_collectives(
         assert_counted_as_planned(run.data.metrics, level, ("dp",))
         assert_redone_steps_repeat(store, run.info.run_id, range(4, STEPS))
     m = {level: run.data.metrics for level, run in runs.items()}
-    gathered = {level: m[level]["comm_bytes_per_step/dp/all_gather"] for level in LEVELS}
-    weights = m["optimizer"]["comm_bytes_per_step/dp/reduce_scatter"]  # every gradient, fp32
+    gathered = {
+        level: m[level][COMM_BYTES_BY_COLLECTIVE.at(collective="all_gather")] for level in LEVELS
+    }
+    weights = m["optimizer"][
+        COMM_BYTES_BY_COLLECTIVE.at(collective="reduce_scatter")
+    ]  # every gradient, fp32
     assert gathered["optimizer"] == weights  # gathered once, for forward and backward
     # Full gathers every block again for its backward; the decoder's embedding (the whole's
     # own weights) stays gathered: 2 blocks of 32 wide, 12 x 32^2 + 13 x 32 values each.
@@ -147,11 +158,11 @@ def test_sharding_lowers_the_peak_as_planned_and_prefetches_behind_compute(
         cfg, _ = compose_job(*WIDE, f"parallel.shard={level}")
         validate.validate(cfg)
         parts = memory_per_device_gib(resolve_job(cfg))
-        assert metrics["pred/peak_memory_gib"] == pytest.approx(parts["total"])
-        ratio = parts["total"] / metrics["peak_allocated_gib"]
-        assert 0.85 < ratio < 1.15, (level, parts, metrics["peak_allocated_gib"])
+        assert metrics[prediction(PEAK_MEMORY.name)] == pytest.approx(parts["total"])
+        ratio = parts["total"] / metrics[PEAK_ALLOCATED.name]
+        assert 0.85 < ratio < 1.15, (level, parts, metrics[PEAK_ALLOCATED.name])
     # Levels the planner tells apart (peaks 5 % or more apart) are measured in its order.
-    peaks = {k: (v["pred/peak_memory_gib"], v["peak_allocated_gib"]) for k, v in m.items()}
+    peaks = {k: (v[prediction(PEAK_MEMORY.name)], v[PEAK_ALLOCATED.name]) for k, v in m.items()}
     for planned_a, measured_a in peaks.values():
         for planned_b, measured_b in peaks.values():
             if planned_a > 1.05 * planned_b:

@@ -10,6 +10,7 @@ import pytest
 
 from runner import validate
 from runner.errors import JobFailed
+from runner.metrics import LOST_COST, LOST_STEPS
 from runner.snapshots import SafeUnpickler, find, identity, moved
 from runner.tracking.store import RESUMED_FROM
 from tests.helpers.in_process import Cli
@@ -48,7 +49,7 @@ def test_a_killed_run_resumed_equals_the_uninterrupted_one(
     losses = losses_by_step(uri, interrupted.info.run_id)
     assert losses == pytest.approx(expected, rel=RESUME_RELATIVE)
     assert_redone_steps_repeat(uri, interrupted.info.run_id, range(4, 6))
-    assert interrupted.data.metrics["lost_steps"] == 2  # steps 4 and 5, redone from step 4
+    assert interrupted.data.metrics[LOST_STEPS.name] == 2  # steps 4 and 5, redone from step 4
 
 
 @pytest.mark.slow
@@ -197,7 +198,7 @@ def test_a_disk_that_fills_while_writing_fails_the_run_and_keeps_the_last_snapsh
     # Every step's loss, the one whose snapshot failed included; lost work counted as for every
     # fault, from the step the rank had reached (the 10th, index 9) back to the snapshot's 5.
     assert len(losses_by_step(store, run.info.run_id)) == 10
-    assert run.data.metrics["lost_steps"] == 4 and run.data.metrics["lost_cost_usd"] > 0
+    assert run.data.metrics[LOST_STEPS.name] == 4 and run.data.metrics[LOST_COST.name] > 0
     folder = Path("snapshots") / run.info.run_id
     assert sorted(p.name for p in folder.iterdir()) == ["step_00000005", "step_00000010.partial"]
     cfg, _ = compose_job(*job, "resume=auto")

@@ -11,6 +11,23 @@ import pytest
 import yaml
 
 from runner.config_dirs import EXPERIMENTS_DIR
+from runner.metrics import (
+    BUBBLE_MEASURED,
+    BUBBLE_THEORY,
+    COMM_BYTES_PER_STEP,
+    COST,
+    IDLE_FRACTION,
+    LOST_STEPS,
+    PEAK_ALLOCATED,
+    PEAK_MEMORY,
+    PLAN_DEVICE_MEMORY,
+    PLAN_FITS,
+    PLAN_MEMORY,
+    STEP_TIME,
+    THROUGHPUT,
+    TRAIN_LOSS,
+    prediction,
+)
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import REPOSITORY
 from tests.helpers.studies import SHORT, named, run_study
@@ -34,7 +51,7 @@ def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     p = 2
     for number, (_, m) in enumerate(grid, 1):
         theory = (p - 1) / (m + p - 1)
-        assert a.jobs[number - 1].data.metrics["bubble_fraction_theory"] == pytest.approx(theory)
+        assert a.jobs[number - 1].data.metrics[BUBBLE_THEORY.name] == pytest.approx(theory)
         assert a.row(number)[5] == f"{100 * theory:.3g}"  # its predicted column, in %
     # The measured lesson, on two busy cores (the other test worker beside it) and five timed
     # steps: the bubble falls from m = 2 to m = 8 for each schedule, and at every m it is the
@@ -42,8 +59,8 @@ def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     # most at m = 8: 15.5-18.5 % measured against 11.1 %); the planner's idle share is within 10
     # pts of the measured one at every point (the study as shipped: within 5 pts of the theory
     # and of the planner everywhere; docs/studies.md).
-    measured = a.metric("bubble_fraction_measured")
-    idle, planned = a.metric("idle_fraction"), a.metric("pred/idle_fraction")
+    measured = a.metric(BUBBLE_MEASURED.name)
+    idle, planned = a.metric(IDLE_FRACTION.name), a.metric(prediction(IDLE_FRACTION.name))
     for schedule in range(2):
         at2, _, at8 = measured[3 * schedule : 3 * schedule + 3]
         assert at8 < at2
@@ -65,12 +82,14 @@ def test_data_scaling_pays_at_a_large_batch_and_not_at_a_small_one(
         (n, b) for n in ("1", "2") for b in batches
     ]
     # Every rank hands the all-reduce all its gradients, whatever the batch.
-    sent = a.metric("comm_bytes_per_step/dp")[4:]
-    assert len(set(sent)) == 1 and sent[0] == a.metric("pred/comm_bytes_per_step/dp")[4]
+    sent = a.metric(COMM_BYTES_PER_STEP.at(dim="dp"))[4:]
+    assert (
+        len(set(sent)) == 1 and sent[0] == a.metric(prediction(COMM_BYTES_PER_STEP.at(dim="dp")))[4]
+    )
     # The lesson, measured: two replicas over one in samples/s grows with the batch, the all-
     # reduce's share shrinking (as shipped, on a quiet host: 0.76x at 2, 1.97x at 64; here four
     # timed steps beside the other test worker, so the order only).
-    samples = a.metric("throughput_samples_per_s")
+    samples = a.metric(THROUGHPUT.name)
     gain = [two / one for one, two in zip(samples[:4], samples[4:], strict=True)]
     assert gain[-1] > gain[0], gain
     # The planner ties them inside the range: it prices what DDP adds at every batch (with its
@@ -90,15 +109,18 @@ def test_recompute_trades_the_planned_memory_and_keeps_the_losses(
     a = run_study(cli, tmp_path, seeded, "recompute", *SHORT)
     by_mode = {j.data.params["trainer.recompute"]: j.data.metrics for j in a.jobs}
     assert list(by_mode) == ["none", "selective", "full"]
-    drop = by_mode["none"]["peak_allocated_gib"] - by_mode["full"]["peak_allocated_gib"]
-    planned = by_mode["none"]["pred/peak_memory_gib"] - by_mode["full"]["pred/peak_memory_gib"]
+    drop = by_mode["none"][PEAK_ALLOCATED.name] - by_mode["full"][PEAK_ALLOCATED.name]
+    planned = (
+        by_mode["none"][prediction(PEAK_MEMORY.name)]
+        - by_mode["full"][prediction(PEAK_MEMORY.name)]
+    )
     # Measured here: 0.144 GiB of 0.121 predicted (1.19); each peak within 0.04 GiB of its
     # prediction. The jobs share one process: what tensors held, not the resident memory, which
     # an earlier job's freed memory holds up.
     assert 0.5 < drop / planned < 2, (drop, planned)
-    losses = [m["train_loss"] for m in by_mode.values()]
+    losses = [m[TRAIN_LOSS.name] for m in by_mode.values()]
     assert losses == pytest.approx([losses[0]] * 3, rel=1e-6)  # the same arithmetic again
-    assert "is lowest at trainer.recompute=full" in a.said.split("step_time_s")[0]
+    assert "is lowest at trainer.recompute=full" in a.said.split(STEP_TIME.name)[0]
     # Its time, a step a third longer for full recomputation as shipped (297 -> 391 ms), is not
     # held here: one timed step beside the other test worker measured "none" at 1.8 s and "full"
     # at 1.2 s once. benchmarks/recompute_time.py holds it on a quiet host.
@@ -113,20 +135,20 @@ def test_layouts_equal_one_process_and_move_the_planned_bytes(
         "none", "dp_tp", "dp_pp", "pp_tp", "fsdp_tp"
     ]  # fmt: skip
     assert [j.data.tags["world_size"] for j in a.jobs] == ["1", "4", "4", "4", "4"]
-    one, *layouts = a.metric("train_loss")
+    one, *layouts = a.metric(TRAIN_LOSS.name)
     assert layouts == pytest.approx([one] * 4, rel=PARALLEL)
     for dim in ("dp", "tp", "pp"):
         assert f"pred/comm_bytes_per_step/{dim} exactly" in a.said
     # What each costs in memory, measured as the planner counts it: each layout's tensors' peak
     # within 25 % of its plan (as shipped: planned 0.84 to 1.02 of it). Sharding trades
     # memory for the weights' all-gather: less held than dp_tp, more dp bytes moved.
-    memory = a.metric("peak_allocated_gib")
-    for got, planned in zip(memory, a.metric("pred/peak_memory_gib"), strict=True):
+    memory = a.metric(PEAK_ALLOCATED.name)
+    for got, planned in zip(memory, a.metric(prediction(PEAK_MEMORY.name)), strict=True):
         assert 0.75 < planned / got < 1.25, (planned, got)
     by_layout = {j.data.tags["parallel_option"]: j.data.metrics for j in a.jobs}
     sharded, replicated = by_layout["fsdp_tp"], by_layout["dp_tp"]
-    assert sharded["peak_allocated_gib"] < replicated["peak_allocated_gib"]
-    assert sharded["comm_bytes_per_step/dp"] > replicated["comm_bytes_per_step/dp"]
+    assert sharded[PEAK_ALLOCATED.name] < replicated[PEAK_ALLOCATED.name]
+    assert sharded[COMM_BYTES_PER_STEP.at(dim="dp")] > replicated[COMM_BYTES_PER_STEP.at(dim="dp")]
 
 
 @pytest.mark.slow
@@ -141,7 +163,7 @@ def test_snapshots_loses_what_lies_past_the_last_snapshot_and_goes_on_past_each_
             for j in a.jobs] == grid  # fmt: skip
     assert {j.info.status for j in a.jobs} == {"FAILED"}  # each on purpose, the sweep past it
     assert {j.data.tags["failed_rank"] for j in a.jobs} == {"1"}
-    assert a.metric("lost_steps") == [at % every for every, at in grid]  # past the last snapshot
+    assert a.metric(LOST_STEPS.name) == [at % every for every, at in grid]  # past the last snapshot
     # A kill as a step starts loses (interval - 1) / 2 steps on average: half a step short of
     # the planner's half interval, for a failure at any moment
     assert "lost_steps, as checkpoint.every_n_steps goes 2 → 4: rises from 0.5 to 1.5; " in a.said
@@ -154,18 +176,18 @@ def test_plan_gpt3_names_what_does_not_fit_and_the_cheapest_that_does(
     cli: Cli, tmp_path: Path, seeded: str
 ) -> None:
     a = run_study(cli, tmp_path, seeded, "plan_gpt3")
-    fits = a.metric("fits")
+    fits = a.metric(PLAN_FITS.name)
     assert len(a.jobs) == 8 and 0 < sum(fits) < 8  # type: ignore[arg-type]
     assert named(a.said, "do not fit") == {i for i, f in enumerate(fits, 1) if f == 0}
     for number, job in enumerate(a.jobs, 1):
-        memory = job.data.metrics["mem_per_device_gib/total"]
-        assert (memory <= job.data.metrics["memory_per_device_gib"]) == bool(fits[number - 1])
+        memory = job.data.metrics[PLAN_MEMORY.at(memory_part="total")]
+        assert (memory <= job.data.metrics[PLAN_DEVICE_MEMORY.name]) == bool(fits[number - 1])
         assert a.row(number)[5] == ("yes" if fits[number - 1] else "**no**")
     # As its expects say: only tp x pp of 64 or more fits 80 GB.
     for job, fit in zip(a.jobs, fits, strict=True):
         shards = int(job.data.params["parallel.tp"]) * int(job.data.params["parallel.pp"])
         assert fit == 0 or shards >= 64, (shards, fit)
-    costs = {i: j.data.metrics["cost_usd"] for i, j in enumerate(a.jobs, 1) if fits[i - 1]}
+    costs = {i: j.data.metrics[COST.name] for i, j in enumerate(a.jobs, 1) if fits[i - 1]}
     cheapest = min(costs, key=costs.__getitem__)
     assert f"The lowest cost_usd of the jobs that finished and fit: #{cheapest} (" in a.said
 

@@ -10,6 +10,7 @@ from runner import validate
 from runner.job import Job, resolve_job
 from runner.layouts import traffic
 from runner.mesh import Mesh, mesh_of
+from runner.metrics import COMM_BYTES_PER_STEP, IDLE_FRACTION, STEP_TIME, prediction
 from runner.planner.memory import GIB, largest_layer_gib, memory_per_device_gib, params_per_device
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import QUICK, compose_job, train
@@ -82,10 +83,12 @@ def test_every_mesh_equals_the_single_process_run_and_counts_its_collectives(
             key = f"comm_bytes_per_step/{dim}"
             assert m[key] == m[f"pred/{key}"], (preset, key)
         assert {k.split("/")[1] for k in m if k.startswith("comm_bytes")} == set(dims), preset
-        assert m["pred/step_time_s"] > 0 and 0 < m["pred/idle_fraction"] < 1  # from the profile
+        assert (
+            m[prediction(STEP_TIME.name)] > 0 and 0 < m[prediction(IDLE_FRACTION.name)] < 1
+        )  # from the profile
         world = int(run.data.tags["world_size"])
         for rank in range(world):
-            assert 0 < m[f"rank_{rank}/comm_time_s"] < m["step_time_s"]
+            assert 0 < m[f"rank_{rank}/comm_time_s"] < m[STEP_TIME.name]
         assert_registered(run)
 
 
@@ -116,7 +119,11 @@ def test_without_vocab_parallelism_only_the_blocks_all_reduce(
     # 2 all-reduces forward and 2 backward per block, each of b*s*h = 16 x 64 x 32 fp32 values
     # (seq_len: the context, 64), 2 blocks. With the vocabulary split: +16 x 64 x (2 x 32 + 3).
     blocks_only = 4 * 2 * 16 * 64 * 32 * 4
-    assert m["comm_bytes_per_step/tp"] == m["pred/comm_bytes_per_step/tp"] == blocks_only
+    assert (
+        m[COMM_BYTES_PER_STEP.at(dim="tp")]
+        == m[prediction(COMM_BYTES_PER_STEP.at(dim="tp"))]
+        == blocks_only
+    )
 
 
 def planned_tp8(*overrides: str) -> Job:

@@ -13,6 +13,15 @@ import yaml
 from mlflow import MlflowClient
 
 from runner.app import run_job
+from runner.metrics import (
+    COMPUTE_TIME,
+    IDLE_FRACTION,
+    STEP_TIME,
+    SYSTEM_METRIC,
+    THROUGHPUT,
+    TOKEN_THROUGHPUT,
+    VAL_LOSS,
+)
 from runner.training.module import TrainModule
 from runner.training.rank import sigterm_deferred
 from tests.helpers.jobs import QUICK, REPOSITORY, compose_job, train
@@ -46,12 +55,12 @@ def test_loss_falls_and_the_run_is_recorded(store: str, model: str) -> None:
     assert run.info.run_name.startswith(f"{model} none")
     assert f"trainer.max_steps={STEPS[model]}" in run.info.run_name
     assert run.data.params["trainer.max_steps"] == str(STEPS[model])
-    assert "val_loss" in run.data.metrics
-    assert run.data.metrics["step_time_s"] > 0
+    assert VAL_LOSS.name in run.data.metrics
+    assert run.data.metrics[STEP_TIME.name] > 0
     # From the loop's whole interval (data loading, logging): never more than the step allows.
-    step_bound = int(run.data.params["data.batch_size"]) / run.data.metrics["step_time_s"]
-    assert 0 < run.data.metrics["throughput_samples_per_s"] <= step_bound
-    assert ("throughput_tokens_per_s" in run.data.metrics) == (model == "decoder")
+    step_bound = int(run.data.params["data.batch_size"]) / run.data.metrics[STEP_TIME.name]
+    assert 0 < run.data.metrics[THROUGHPUT.name] <= step_bound
+    assert (TOKEN_THROUGHPUT.name in run.data.metrics) == (model == "decoder")
     assert_registered(run)
 
 
@@ -132,8 +141,8 @@ def test_mlflow_samples_the_node_while_it_trains_unless_told_not_to(store: str) 
     is logged too."""
     client = MlflowClient(store)
     sampled = client.get_run(train("model=ffnn", "trainer.max_steps=2")).data.metrics
-    assert 0 <= sampled["system/cpu_utilization_percentage"] <= 100
-    assert sampled["system/system_memory_usage_megabytes"] > 0
+    assert 0 <= sampled[SYSTEM_METRIC.at(system="cpu_utilization_percentage")] <= 100
+    assert sampled[SYSTEM_METRIC.at(system="system_memory_usage_megabytes")] > 0
     off = train("model=ffnn", "trainer.max_steps=2", "logger.system_metrics=false")
     assert not [k for k in client.get_run(off).data.metrics if k.startswith("system/")]
 
@@ -142,8 +151,8 @@ def test_without_measuring_a_run_logs_its_losses_and_throughput_only(store: str)
     run_id = train("model=ffnn", "trainer.max_steps=12", "trainer.measure=false")
     client = MlflowClient(store)
     metrics = client.get_run(run_id).data.metrics
-    assert len(loss_series(store, run_id)) == 12 and metrics["throughput_samples_per_s"] > 0
-    assert not {"step_time_s", "compute_time_s", "idle_fraction"} & set(metrics)
+    assert len(loss_series(store, run_id)) == 12 and metrics[THROUGHPUT.name] > 0
+    assert not {STEP_TIME.name, COMPUTE_TIME.name, IDLE_FRACTION.name} & set(metrics)
     assert "timeline.png" not in {a.path for a in client.list_artifacts(run_id)}
 
 
@@ -154,7 +163,7 @@ def test_a_run_shorter_than_its_warm_up_trains_and_says_what_it_leaves_out(
     client = MlflowClient(store)
     metrics = client.get_run(run_id).data.metrics
     assert len(loss_series(store, run_id)) == 3 and client.get_run(run_id).info.status == "FINISHED"
-    assert not {"step_time_s", "throughput_samples_per_s", "idle_fraction"} & set(metrics)
+    assert not {STEP_TIME.name, THROUGHPUT.name, IDLE_FRACTION.name} & set(metrics)
     assert "timeline.png" not in {a.path for a in client.list_artifacts(run_id)}
     said = [line for line in capsys.readouterr().err.splitlines() if "warm-up" in line]
     assert said == [

@@ -13,7 +13,7 @@ from runner.job import resolved_shard
 from runner.mesh import Mesh
 from runner.models.registry import spec_for
 from runner.models.sizes import pipeline_layers, stage_layers
-from runner.models.spec import ModelSpec
+from runner.models.spec import ModelSpec, PlannedModel
 from runner.precision import precision_of
 
 
@@ -148,8 +148,9 @@ def check_pipeline(cfg: DictConfig, mesh: Mesh, spec: ModelSpec | None) -> None:
 
 
 def has_stages(spec: ModelSpec | None) -> bool:
-    """Whether a model's spec splits it into pipeline stages (a user's model has no spec)."""
-    return spec is not None and type(spec).stage_module is not ModelSpec.stage_module
+    """Whether a model's spec splits it into pipeline stages (a user's model has no spec): it
+    counts more than one layer."""
+    return spec is not None and type(spec).layers is not PlannedModel.layers
 
 
 def check_microbatches(cfg: DictConfig, mesh: Mesh) -> None:

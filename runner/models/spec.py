@@ -1,10 +1,14 @@
 """What the runner asks of a model, in one place: a ModelSpec per model (runner/models/registry.py).
 
 Validation, the planner and the parallel layouts never look at a model's class or `_target_`:
-they ask its spec. This base class describes a model that is never split: one layer, so data
-parallelism only. A model that can be split overrides what it supports (the decoder and the FFNN
-in their folders). Nothing here imports torch: validation and `mode=plan` stay light; the methods
-that build or split modules import it when called.
+they ask its spec. A spec has two halves: `PlannedModel`, what the planner and the rules ask
+(sizes, FLOPs, activations, each dimension's traffic, from the config alone), and `RunningModel`,
+what a running layout asks of the built module (a pipeline's stages, the tensor-parallel split,
+experts, the context split, recomputation's units). The defaults describe a model that is never
+split: one layer, so data parallelism only; a model that can be split overrides what it supports
+(the decoder and the FFNN in their folders). A model of `layers` that reads a vector gets its
+pipeline stages by default. Nothing here imports torch: validation and `mode=plan` stay light;
+the methods that build or split modules import it when called.
 
 `m` is always the model's config (a mapping of its fields), `data` the data config.
 """
@@ -61,14 +65,12 @@ class Gemm:
         return 2 * self.m * self.n * self.k * self.count
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str  # the option in conf/model/
-    config: type  # its dataclass schema, whose `_target_` names the module
+class PlannedModel:
+    """What the planner and the rules ask of a model: its rules, sizes, FLOPs, activations and
+    each parallel dimension's traffic, from its config alone (`m`, `data`). Torch-free: validation,
+    `mode=plan` and `mode=search` ask only this half."""
 
-    @property
-    def target(self) -> str:
-        return self.config._target_
+    name: str  # ModelSpec's
 
     # --- validation ---
     def check(self, m: Cfg, data: Cfg, train: bool) -> None:
@@ -147,23 +149,9 @@ class ModelSpec:
         """Elements of one sample's activation crossing each boundary between stages."""
         raise NotImplementedError(f"model {self.name} has no pipeline split")
 
-    def stage_module(self, model: Any, layers: range, first: bool, last: bool) -> Any:
-        """The module of one pipeline stage: the model's own layers, shared, not copied."""
-        raise NotImplementedError(f"model {self.name} has no pipeline split")
-
-    def stage_example(
-        self, model: Any, layers: range, first: bool, last: bool, microbatch: int, seq_len: int
-    ) -> tuple[Any, Any]:
-        """A stage's input and output for one micro-batch, on the meta device."""
-        raise NotImplementedError(f"model {self.name} has no pipeline split")
-
     # The first and last layers share a weight: a pipeline's first and last stage each hold it and
     # sum its gradients every step (tied_weight finds it in a stage). Same on every rank.
     tied_ends = False
-
-    def tied_weight(self, stage: Any) -> Any:
-        """The shared weight as a stage holds it, or None."""
-        return None
 
     def tied_elements(self, m: Cfg, tp: int, vocab_tp: bool) -> int:
         """The shared weight's elements on one tensor-parallel rank (0: none shared)."""
@@ -216,11 +204,6 @@ class ModelSpec:
     # --- expert parallelism (parallel.ep) ---
     experts = False  # a mixture of experts, whose experts expert parallelism places
 
-    def expert_layers(self, model: Any) -> list[Any]:
-        """The model's (or a stage's) mixture-of-experts blocks: each has `experts` (a module of
-        stacked expert weights, first dimension the expert), `n_experts` and `exchange`."""
-        return []
-
     def ep_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int
     ) -> tuple[float, float]:
@@ -229,12 +212,6 @@ class ModelSpec:
         return 0.0, 0.0
 
     # --- context parallelism (parallel.cp) ---
-    def split_context(self, module: Any, attention: Any, positions: list[int]) -> Any:
-        """Run a whole model, or one pipeline stage, on the positions `positions` of each sample
-        (the cp rank's share, in that order), its attention by `attention` (called as torch's
-        scaled_dot_product_attention, causal: runner/layouts/context/ring.py)."""
-        raise NotImplementedError(f"model {self.name} has no sequence to split over parallel.cp")
-
     def cp_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int, tp: int
     ) -> tuple[float, float]:
@@ -250,6 +227,54 @@ class ModelSpec:
         """Split layers a micro-batch adds with the vocabulary split (parallel.vocab_parallel)."""
         return 0
 
+
+class RunningModel:
+    """What a running layout asks of a model: a pipeline's stages, its tensor-parallel split,
+    its experts, its context split and the units recomputation wraps, on the built module
+    (`model`). Each method imports torch when it is called."""
+
+    name: str  # ModelSpec's
+
+    # --- pipeline parallelism ---
+    def stage_module(self, model: Any, layers: range, first: bool, last: bool) -> Any:
+        """The module of one pipeline stage: the model's own layers, shared, not copied. By
+        default a model whose `layers` holds one module per layer (PlannedModel.layers counts
+        them) runs a stage as those layers in turn."""
+        from torch import nn
+
+        held = getattr(model, "layers", None)
+        if not isinstance(held, nn.Sequential):
+            raise NotImplementedError(f"model {self.name}: no `layers` to cut into stages")
+        return nn.Sequential(*(held[i] for i in layers))
+
+    def stage_example(
+        self, model: Any, layers: range, first: bool, last: bool, microbatch: int, seq_len: int
+    ) -> tuple[Any, Any]:
+        """A stage's input and output for one micro-batch, on the meta device. By default, for a
+        model of `layers` that reads a vector (its first Linear's width): the layers up to the
+        stage's end run on meta tensors, weights included, so nothing is computed or copied."""
+        import torch
+        from torch import nn
+        from torch.func import functional_call
+
+        held = self.stage_module(model, range(layers.stop), True, last)
+        linear = next((m for m in held.modules() if isinstance(m, nn.Linear)), None)
+        if linear is None:
+            raise NotImplementedError(f"model {self.name}: give its stages' example shapes")
+        x = torch.empty(microbatch, linear.in_features, device="meta")
+        for i, layer in enumerate(held):
+            meta = {k: torch.empty_like(v, device="meta") for k, v in layer.named_parameters()}
+            if i == layers.start:
+                x = x.detach().requires_grad_(not first)
+                start = x
+            x = functional_call(layer, meta, (x,))
+        return start, x.detach().requires_grad_(True)
+
+    def tied_weight(self, stage: Any) -> Any:
+        """The shared weight as a stage holds it, or None."""
+        return None
+
+    # --- tensor parallelism ---
     def parallelize(
         self, module: Any, tp_mesh: Any, vocab_parallel: bool = False, sequence: bool = False
     ) -> Any:
@@ -258,11 +283,37 @@ class ModelSpec:
         spec's `sequence` says it has one) the activations between the split layers along it."""
         raise NotImplementedError(f"model {self.name} has no tensor-parallel plan")
 
+    # --- expert parallelism (parallel.ep) ---
+    def expert_layers(self, model: Any) -> list[Any]:
+        """The model's (or a stage's) mixture-of-experts blocks: each has `experts` (a module of
+        stacked expert weights, first dimension the expert), `n_experts` and `exchange`."""
+        return []
+
+    # --- context parallelism (parallel.cp) ---
+    def split_context(self, module: Any, attention: Any, positions: list[int]) -> Any:
+        """Run a whole model, or one pipeline stage, on the positions `positions` of each sample
+        (the cp rank's share, in that order), its attention by `attention` (called as torch's
+        scaled_dot_product_attention, causal: runner/layouts/context/ring.py)."""
+        raise NotImplementedError(f"model {self.name} has no sequence to split over parallel.cp")
+
     # --- activation recomputation ---
     def recompute_units(self, model: Any) -> list[Any]:
         """The modules trainer.recompute wraps (runner/models/recompute.py): none, the model is
         too small to gain from it."""
         return []
+
+
+@dataclass(frozen=True)
+class ModelSpec(PlannedModel, RunningModel):
+    """A model as the runner knows it: its name and schema, the planner's half and the running
+    layout's half (a model's spec subclasses this and overrides what its model supports)."""
+
+    name: str  # the option in conf/model/
+    config: type  # its dataclass schema, whose `_target_` names the module
+
+    @property
+    def target(self) -> str:
+        return self.config._target_
 
 
 def matches_data(value: int, key: str, data: Cfg, data_key: str, train: bool) -> None:

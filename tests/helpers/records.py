@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from runner.metrics import TRAIN_LOSS
+
 
 def all_runs(tracking_uri: str) -> list:
     client = MlflowClient(tracking_uri)
@@ -16,7 +18,7 @@ def all_runs(tracking_uri: str) -> list:
     return client.search_runs(experiments) if experiments else []
 
 
-def loss_series(tracking_uri: str, run_id: str, key: str = "train_loss") -> list[float]:
+def loss_series(tracking_uri: str, run_id: str, key: str = TRAIN_LOSS.name) -> list[float]:
     history = MlflowClient(tracking_uri).get_metric_history(run_id, key)
     return [m.value for m in sorted(history, key=lambda m: m.step)]
 
@@ -28,7 +30,7 @@ def losses_by_step(tracking_uri: str, run_id: str) -> list[float]:
 
 def logged_per_step(tracking_uri: str, run_id: str) -> dict[int, list[float]]:
     """Each step's losses in the order they were logged: a step redone after a resume has two."""
-    history = MlflowClient(tracking_uri).get_metric_history(run_id, "train_loss")
+    history = MlflowClient(tracking_uri).get_metric_history(run_id, TRAIN_LOSS.name)
     by_step: dict[int, list[float]] = {}
     for m in sorted(history, key=lambda m: (m.step, m.timestamp)):
         by_step.setdefault(m.step, []).append(m.value)
