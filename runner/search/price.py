@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 from runner.job import Job
 from runner.layouts import traffic
@@ -39,16 +40,36 @@ class Priced:
 
 
 def job_of(base: Job, layout: Layout) -> Job:
-    """The base job in this layout."""
-    parallel = dataclasses.replace(base.parallel, **layout.parallel)
-    trainer = dataclasses.replace(base.trainer, recompute=layout.recompute)
-    hardware = base.hardware
-    if layout.nodes != hardware.nodes:
-        hardware = dataclasses.replace(hardware, nodes=layout.nodes)
+    """The base job in this layout. Its settings' pieces are shared by the layouts that differ
+    in nothing else (in `base.memo`, which a search's jobs share): a search makes thousands."""
+    parallel = piece(base, base.parallel, tuple(layout.parallel.items()))
+    trainer = piece(base, base.trainer, (("recompute", layout.recompute),))
+    hardware = piece(base, base.hardware, (("nodes", layout.nodes),))
     return dataclasses.replace(
         base, mesh=layout.mesh, parallel=parallel, trainer=trainer, hardware=hardware,
-        stages=stage_layers(base.model, layout.parallel | {"split": None}),
+        stages=stages_of(base, layout),
     )  # fmt: skip
+
+
+def stages_of(base: Job, layout: Layout) -> list[range]:
+    """The layout's pipeline stages: its pp and virtual stages decide them."""
+    wanted = {"pp": layout.pp, "virtual_stages": layout.virtual_stages, "split": None}
+    if base.memo is None:
+        return stage_layers(base.model, wanted)
+    key = ("stages", layout.pp, layout.virtual_stages)
+    if key not in base.memo:
+        base.memo[key] = stage_layers(base.model, wanted)
+    return base.memo[key]
+
+
+def piece(base: Job, settings: Any, changed: tuple[tuple[str, Any], ...]) -> Any:
+    """`settings` with `changed`, made once per search (a plan's job keeps no memo: made anew)."""
+    if base.memo is None:
+        return dataclasses.replace(settings, **dict(changed))
+    key = ("job_of", type(settings).__name__, changed)
+    if key not in base.memo:
+        base.memo[key] = dataclasses.replace(settings, **dict(changed))
+    return base.memo[key]
 
 
 def price(base: Job, layout: Layout, device_gib: float) -> Priced:

@@ -42,6 +42,12 @@ class Layout:
     sequence_parallel: bool
 
     @property
+    def frame(self) -> tuple[Any, ...]:
+        """Everything but the recomputation: what the layout rules read."""
+        return (self.nodes, self.dp, self.pp, self.cp, self.tp, self.ep, self.microbatches,
+                self.schedule, self.virtual_stages, self.shard, self.sequence_parallel)  # fmt: skip
+
+    @property
     def mesh(self) -> Mesh:
         return Mesh(pp=self.pp, dp=self.dp, tp=self.tp, cp=self.cp, ep=self.ep)
 
@@ -189,11 +195,11 @@ def verdicts(
     """Each layout with what the rules say of it (None: it passes), on the plain config `base`.
     The layout rules read no trainer.recompute: they are asked once for the layouts that differ
     in it alone, the recomputation's own rule once for each."""
-    asked: dict[Layout, ConfigError | None] = {}
+    asked: dict[tuple[Any, ...], ConfigError | None] = {}
     for layout in candidates:
-        frame = dataclasses.replace(layout, recompute="none")
+        frame = layout.frame
         if frame not in asked:
-            asked[frame] = refusal(frame, base)
+            asked[frame] = refusal(dataclasses.replace(layout, recompute="none"), base)
         found = asked[frame]
         if found is None:
             try:
