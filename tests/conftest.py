@@ -18,13 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = (".pytest_cache/", "__pycache__/", ".ruff_cache/", ".venv/", ".egg-info/")
 
 
-def checkout_files() -> set[str]:
-    """The checkout's untracked and ignored paths, as git lists them (a folder as one entry)."""
+def checkout_files() -> set[str] | None:
+    """The checkout's untracked and ignored paths, as git lists them (a folder as one entry);
+    None outside a git checkout (an unpacked source archive), where there is nothing to ask."""
     listed = subprocess.run(
         ["git", "status", "--porcelain", "--ignored", "--untracked-files=normal"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
-    ).stdout.splitlines()  # fmt: skip
-    paths = {line[3:] for line in listed if line[:2] in ("??", "!!")}
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    if listed.returncode != 0:
+        return None
+    paths = {line[3:] for line in listed.stdout.splitlines() if line[:2] in ("??", "!!")}
     return {p for p in paths if not any(tool in p for tool in TOOLS)}
 
 
@@ -35,8 +38,9 @@ def checkout_untouched() -> Iterator[None]:
     each worker's last test, ignored files included."""
     before = checkout_files()
     yield
-    made = checkout_files() - before
-    assert not made, f"the suite wrote into the checkout: {sorted(made)}"
+    if before is not None:
+        made = (checkout_files() or set()) - before
+        assert not made, f"the suite wrote into the checkout: {sorted(made)}"
 
 
 @pytest.fixture(scope="session")

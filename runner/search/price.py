@@ -16,6 +16,7 @@ from typing import Any
 from runner.job import Job
 from runner.layouts import traffic
 from runner.layouts.pipeline.traffic import pipeline_bubble
+from runner.memo import shared
 from runner.models.sizes import stage_layers
 from runner.planner import duration_hours, mfu
 from runner.planner.failures import energy_kwh
@@ -47,29 +48,20 @@ def job_of(base: Job, layout: Layout) -> Job:
     hardware = piece(base, base.hardware, (("nodes", layout.nodes),))
     return dataclasses.replace(
         base, mesh=layout.mesh, parallel=parallel, trainer=trainer, hardware=hardware,
-        stages=stages_of(base, layout),
+        stages=stages_of(base, layout.pp, layout.virtual_stages),
     )  # fmt: skip
 
 
-def stages_of(base: Job, layout: Layout) -> list[range]:
-    """The layout's pipeline stages: its pp and virtual stages decide them."""
-    wanted = {"pp": layout.pp, "virtual_stages": layout.virtual_stages, "split": None}
-    if base.memo is None:
-        return stage_layers(base.model, wanted)
-    key = ("stages", layout.pp, layout.virtual_stages)
-    if key not in base.memo:
-        base.memo[key] = stage_layers(base.model, wanted)
-    return base.memo[key]
+@shared(key=lambda base, pp, virtual: (pp, virtual))
+def stages_of(base: Job, pp: int, virtual: int) -> list[range]:
+    """A layout's pipeline stages: its pp and virtual stages decide them."""
+    return stage_layers(base.model, {"pp": pp, "virtual_stages": virtual, "split": None})
 
 
+@shared(key=lambda base, settings, changed: (type(settings).__name__, changed))
 def piece(base: Job, settings: Any, changed: tuple[tuple[str, Any], ...]) -> Any:
-    """`settings` with `changed`, made once per search (a plan's job keeps no memo: made anew)."""
-    if base.memo is None:
-        return dataclasses.replace(settings, **dict(changed))
-    key = ("job_of", type(settings).__name__, changed)
-    if key not in base.memo:
-        base.memo[key] = dataclasses.replace(settings, **dict(changed))
-    return base.memo[key]
+    """`settings` with `changed`, made once per search."""
+    return dataclasses.replace(settings, **dict(changed))
 
 
 def price(base: Job, layout: Layout, device_gib: float) -> Priced:
