@@ -251,9 +251,8 @@ class Snapshots(pl.Callback):
                 # Raised once Lightning has logged the step's figures (after this hook): the
                 # run keeps the loss of the step whose snapshot failed.
                 self.failed = error
-        if (
-            stop and self.failed is None
-        ):  # asked to stop (runner/launcher/preemption.py): now, so written
+        # asked to stop (runner/launcher/preemption.py): now, so written
+        if stop and self.failed is None:
             self.failed = Preempted(step)
 
     def on_train_batch_start(self, *_: Any) -> None:
