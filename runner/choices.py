@@ -18,6 +18,8 @@ GRAD_REDUCE = ("fp32", "bf16")  # trainer.grad_reduce: what 16-bit weights' grad
 FP8_RECIPES = ("tensorwise", "rowwise")  # trainer.fp8_recipe: torchao's float8 scalings
 # trainer.recompute: what each layer keeps for backward (runner/models/recompute.py)
 RECOMPUTE = ("none", "full", "selective")
+# trainer.attention: the kernel torch's SDPA runs (runner/models/attention_kernel.py)
+ATTENTION = ("auto", "math")
 # parallel.shard: what data-parallel replicas split among themselves (runner/layouts/sharded/)
 SHARDS = ("none", "optimizer", "gradients", "full")
 # parallel.reshard_after_forward: whether ZeRO-3 frees a unit's gathered weights after its forward

@@ -25,6 +25,7 @@ from runner.config.plan import check_plan
 from runner.config.search import check_search
 from runner.config.study import check_study
 from runner.config.trainer import (
+    check_attention,
     check_precision,
     check_recompute,
     check_sixteen_bit,
@@ -164,6 +165,7 @@ def check(cfg: DictConfig, mesh: Mesh) -> Job | None:
     check_trainer(cfg.trainer)  # its precision sizes what the fit check counts
     check_precision(cfg.trainer, cfg.hardware, mesh, cfg.mode in ("train", "calibrate"))
     check_recompute(cfg.trainer, cfg.parallel.schedule, mesh)
+    check_attention(cfg.trainer, mesh)
     check_sixteen_bit(cfg.trainer, cfg.parallel, mesh, cfg.mode, cfg.hardware.accelerator)
     job = resolve_job(cfg)  # None for a model of the user's
     if cfg.mode == "train" and job is not None:

@@ -212,6 +212,8 @@ BAD = [
     ),
     # Expert parallelism places a mixture of experts' experts over data-parallel ranks
     (["parallel=ep"], "parallel.ep: this model has no experts"),
+    (["parallel=cp", "hardware.devices=2", "trainer.attention=math"], "trainer.attention: math wi"),
+    (["trainer.attention=flash"], "trainer.attention: 'flash' is not one of: auto, math"),
     (["model=moe", "parallel=ep", "model.n_experts=3"], "model.n_experts: 3 experts do not split"),
     (["model=moe", "parallel=data", "hardware.devices=2", "parallel.ep=4"], "parallel.ep: its ran"),
     (["model=moe", "model.top_k=5"], "model.top_k: 5 experts a token of model.n_experts=4"),

@@ -22,6 +22,7 @@ KEYS = {
     "trainer.grad_reduce": choices.GRAD_REDUCE,
     "trainer.fp8_recipe": choices.FP8_RECIPES,
     "trainer.recompute": choices.RECOMPUTE,
+    "trainer.attention": choices.ATTENTION,
     "dist.backend": choices.BACKENDS,
 }
 

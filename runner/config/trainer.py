@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from runner.choices import FP8_RECIPES, GRAD_REDUCE, OPTIMIZERS, PRECISIONS, RECOMPUTE
+from runner.choices import (
+    ATTENTION,
+    FP8_RECIPES,
+    GRAD_REDUCE,
+    OPTIMIZERS,
+    PRECISIONS,
+    RECOMPUTE,
+)
 from runner.errors import one_of, positive, require
 from runner.mesh import Mesh
 from runner.precision import precision_of
@@ -40,6 +47,10 @@ class TrainerConfig:
     # attention's, all-reduces' and reduce-scatters' outputs; recomputes the rest, all-gathers
     # included): runner/models/recompute.py
     recompute: str = "none"
+    # attention's kernel, one of runner.choices.ATTENTION: auto (torch's SDPA picks: a fused
+    # kernel where it can, which keeps no scores and computes the causal half) | math (its math
+    # path: the whole square, scores kept; Megatron-LM's before flash attention)
+    attention: str = "auto"
     # 0: off; N: a torch.profiler trace of one step in every N after warm-up, on every rank,
     # read as Holistic Trace Analysis reads it (runner/training/sampled_profile.py)
     profile_every_n_steps: int = 0
@@ -53,6 +64,7 @@ def check_trainer(t: Any) -> None:
     one_of(t.grad_reduce, "trainer.grad_reduce", GRAD_REDUCE)
     one_of(t.fp8_recipe, "trainer.fp8_recipe", FP8_RECIPES)
     one_of(t.recompute, "trainer.recompute", RECOMPUTE)
+    one_of(t.attention, "trainer.attention", ATTENTION)
     require(t.val_batches >= 0, "trainer.val_batches", f"must be 0 or more, got {t.val_batches}")
     every = t.profile_every_n_steps
     require(every >= 0, "trainer.profile_every_n_steps", f"must be 0 (off) or more, got {every}")
@@ -143,6 +155,16 @@ def check_float8(mesh: Mesh, accelerator: str) -> None:
         "trainer.precision",
         f"fp8 on a CPU needs torch >= {need} (its CPU float8 products); this is "
         f"{metadata.version('torch')}",
+    )
+
+
+def check_attention(t: Any, mesh: Mesh) -> None:
+    """The ring attention is its own kernel."""
+    require(
+        not (t.attention == "math" and mesh.cp > 1),
+        "trainer.attention",
+        "math with parallel.cp: context parallelism runs its own ring attention "
+        "(runner/layouts/context/ring.py), which keeps no scores; use auto",
     )
 
 

@@ -51,7 +51,9 @@ class Gemm:
     on one tensor-parallel rank. Backward runs two of the same size (input and weight gradients);
     `recomputed`: full activation recomputation runs it again (the blocks, not the output layer);
     `attention`: a product of attention's scores, beside which a ring attention's exchanges run
-    (context parallelism)."""
+    (context parallelism); `causal`: a square under the causal mask, of which a fused kernel
+    computes the tiles on and below the diagonal; `scores`: Q K^T, which a kernel that keeps no
+    scores computes again in backward (runner/planner/attention.py)."""
 
     m: int
     n: int
@@ -59,6 +61,8 @@ class Gemm:
     count: float = 1
     recomputed: bool = True
     attention: bool = False
+    causal: bool = False
+    scores: bool = False
 
     @property
     def flops(self) -> float:
@@ -206,10 +210,11 @@ class PlannedModel:
 
     def ep_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int
-    ) -> tuple[float, float]:
-        """Elements of one all-to-all of a block's slots, summed over blocks and a replica's
-        micro-batches of `samples`; the calls of one such all-to-all."""
-        return 0.0, 0.0
+    ) -> tuple[float, float, float]:
+        """A forward pass's dispatches of the experts' rows, summed over blocks and a replica's
+        micro-batches of `samples`: their elements, their all-to-alls, and the bytes of the
+        token counts sent before them (models with experts)."""
+        return 0.0, 0.0, 0.0
 
     # --- context parallelism (parallel.cp) ---
     def cp_traffic(

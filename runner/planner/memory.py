@@ -43,6 +43,7 @@ from runner.job import Job
 from runner.layouts.sharded.traffic import regathers, units
 from runner.memo import shared, stages_key
 from runner.models.spec import Activations
+from runner.planner.attention import fused_attention
 from runner.precision import PARAM_BYTES, precision_of
 
 GIB = 2**30
@@ -103,17 +104,6 @@ def activations_held(job: Job) -> Activations:
         cp=job.mesh.cp,
         fused_attention=fused_attention(job),
     )
-
-
-def fused_attention(job: Job) -> bool:
-    """Whether SDPA runs a fused kernel, which keeps no scores: on a GPU, but for grouped-query
-    attention in fp32 (flash takes 16 bits, the memory-efficient kernel no grouped heads); on a
-    CPU, its flash kernel, without dropout."""
-    gpu, m = job.hardware.accelerator != "cpu", job.model
-    grouped = m.get("n_kv_heads") not in (None, m.get("n_heads"))
-    if gpu:
-        return not (grouped and precision_of(job.trainer).activation_bytes == 4)
-    return not m.get("dropout", 0)
 
 
 @shared(key=lambda job, shards, gathered: stages_key(job, job.mesh.size("dp"), shards, gathered))

@@ -4,7 +4,9 @@ dimension's communication that compute does not hide, plus the software's fixed 
 where a CPU host's processes outnumber its cores).
 
 Compute: every forward product of the rank's stages, three times (forward, the input and the
-weight gradients), four for the blocks under full recomputation, per micro-batch; over the
+weight gradients), four for the blocks under full recomputation, per micro-batch; attention's
+as its kernel runs them (runner/planner/attention.py: a fused kernel computes the causal half
+and Q K^T again in backward); over the
 profile's compute_efficiency (the share of compute time matrix products take). The model's FLOPs
 for MFU are counted apart (6 per parameter and token, Kaplan et al. 2020; attention besides).
 Communication: tensor-parallel and pipeline transfers sit between the computations that need
@@ -39,6 +41,7 @@ from runner.layouts.traffic import Traffic
 from runner.memo import shared, stage_key, stages_key
 from runner.mesh import P2P_DIMS
 from runner.planner import gemm
+from runner.planner.attention import backward_passes, computed_share
 from runner.planner.hardware import (
     copies_on_busy_cores,
     device_share,
@@ -143,7 +146,12 @@ def stage_s(job: Job, index: int, rates: Rates) -> float:
         per_token = job.spec.stage_flops_per_token(job.model, job.data, job.stages, job.mesh.tp)
         flops = per_token[index] * micro_samples(job) * job.tokens_per_sample * (1 + full / 3)
         return flops / (rates.peak * gemm.curve_share(rates.curve, float("inf")))
-    return sum(rates.seconds(g) * (3 + (full and g.recomputed)) for g in products)
+    return sum(
+        rates.seconds(g)
+        * computed_share(job, g)
+        * (1 + backward_passes(job, g) + (full and g.recomputed))
+        for g in products
+    )
 
 
 def stage_products(job: Job, index: int) -> list[Any] | None:
@@ -175,7 +183,7 @@ def rank_attention_s(job: Job, rates: Rates) -> list[float]:
 
     def stage(i: int) -> float:
         products = [g for g in stage_products(job, i) or [] if g.attention]
-        return sum(rates.seconds(g) for g in products)
+        return sum(rates.seconds(g) * computed_share(job, g) for g in products)
 
     return by_rank(job, [stage(i) for i in range(len(job.stages))])
 

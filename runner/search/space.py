@@ -19,7 +19,7 @@ from typing import Any
 
 from runner.choices import MULTI_STAGE
 from runner.config.search import SearchConfig
-from runner.config.trainer import check_precision, check_recompute
+from runner.config.trainer import check_attention, check_precision, check_recompute
 from runner.errors import ConfigError, require
 from runner.job import resolved_shard
 from runner.layouts.rules import check_layout
@@ -225,6 +225,7 @@ def refusal(layout: Layout, base: View) -> ConfigError | None:
         )
         check_layout(cfg, mesh)
         check_precision(cfg.trainer, cfg.hardware, mesh, False)
+        check_attention(cfg.trainer, mesh)
     except ConfigError as error:
         return error
     return None

@@ -27,6 +27,7 @@ COLORS = {
     "cp send-recv": "#9467BD",  # the ring attention's keys and values (or their gradients)
     "cp wait": "#4B0082",  # the rank waiting for them: exposed
     "ep all-to-all": "#FF7F0E",  # a mixture of experts' tokens to their experts and back
+    "ep counts all-to-all": "#FFBB78",  # dropless: how many tokens each expert gets, first
     "idle": "#E5E5E5",
 }
 # What a bar's legend says where its kind alone would puzzle: a pure pipeline all-reduces too (the

@@ -38,6 +38,7 @@ from runner.launcher.threads import this_rank_threads
 from runner.layouts.strategy import strategy
 from runner.mesh import TRAFFIC_DIMS, Mesh
 from runner.metrics import THROUGHPUT, TOKEN_THROUGHPUT, TRAIN_TIME
+from runner.models.attention_kernel import use_attention_kernel
 from runner.models.device_time import emulate_device_time
 from runner.models.float8 import to_float8
 from runner.models.recompute import recompute
@@ -233,6 +234,7 @@ def build_model(cfg: DictConfig, spec: ModelSpec | None) -> torch.nn.Module:
     # very units. A model of the user's (no spec) is left as it is.
     if spec is not None:
         recompute(spec.recompute_units(model), cfg.trainer.recompute)
+    use_attention_kernel(model, cfg.trainer.attention)
     if cfg.trainer.precision == "fp8":  # before any layout: FSDP2 shards the float8 layers
         to_float8(model, cfg.trainer.fp8_recipe)
     emulate_device_time(model, cfg.hardware.emulated_linear_ms)

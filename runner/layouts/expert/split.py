@@ -70,7 +70,8 @@ class ExpertSplit:
                 setattr(experts, name, local)
                 self.params.append(local)
                 self.held.append((experts, name, local))
-            block.exchange = ExpertExchange(experts, group, self.ep)
+            fixed = block.capacity_factor is not None
+            block.exchange = ExpertExchange(experts, group, self.ep, fixed)
         return module
 
     def sharded(self, module: nn.Module, device_type: str) -> Nested | None:

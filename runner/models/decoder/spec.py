@@ -222,12 +222,12 @@ class DecoderSpec(ModelSpec):
         if kv != d:  # grouped-query attention's narrower K and V
             qkv = [Gemm(tokens, d // tp, d), Gemm(tokens, kv // tp, d, count=2)]
         scores = [
-            Gemm(s, s, hd, count=per_head, attention=True),  # Q K^T
-            Gemm(s, hd, s, count=per_head, attention=True),  # softmax(.) V
+            Gemm(s, s, hd, count=per_head, attention=True, causal=True, scores=True),  # Q K^T
+            Gemm(s, hd, s, count=per_head, attention=True, causal=True),  # softmax(.) V
         ]
         if cp > 1:
             others = per_head * (cp - 1)
-            scores += [Gemm(s // 2, s, hd, count=others, attention=True),
+            scores += [Gemm(s // 2, s, hd, count=others, attention=True, scores=True),
                        Gemm(s // 2, hd, s, count=others, attention=True)]  # fmt: skip
         attention = [*qkv, Gemm(tokens, d, d // tp)]  # and the output projection
         block = [*attention, *self.ffn_gemms(m, tokens, tp), *scores]

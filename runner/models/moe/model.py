@@ -5,12 +5,14 @@ to its top_k of them, their outputs weighted by the router's probabilities (reno
 k chosen).
 
 Routing is dropless by default (capacity_factor null: Megatron-Core's and torchtitan's default,
-as Mixtral and DeepSeek-V3 trained): every expert takes every token routed to it, and each has as
-many slots as the busiest one's load (over the expert-parallel ranks, which agree on it). With a
+as Mixtral and DeepSeek-V3 trained): every expert takes every token routed to it. The routed
+copies (tokens x top_k of them) are sorted by expert, and each expert runs over its own rows, as
+many as the router sent it: nothing is padded, and expert parallelism moves them with
+variable-size all-to-alls (Megatron-Core's and torchtitan's token dispatch). With a
 capacity_factor each expert has capacity = ceil(capacity_factor x tokens x top_k / n_experts)
 slots (Switch's): every token's first choice is placed before any token's second (GShard's order),
-and a token routed to a full expert is dropped there. The slots make the dispatch a dense (experts
-x capacity x d_model) buffer: expert parallelism moves it with all-to-all. The load-balancing loss
+a token routed to a full expert is dropped there, and empty slots are zeros, so every expert's
+rows have one fixed shape (GShard's and Switch's dense dispatch). The load-balancing loss
 (Switch Transformer's, n_experts x sum over experts of the share of tokens routed to it times its
 mean router probability, taken per sequence and averaged, as DeepSeek-V3's sequence-wise loss and
 Megatron-LM's seq_aux_loss take it: so it does not depend on how a batch is split over ranks and
@@ -44,10 +46,14 @@ class Experts(nn.Module):
         self.down = uniform(n, hidden, d_model, fan_in=hidden)
         self.down_bias = uniform(n, d_model, fan_in=hidden)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (experts, slots, d_model), each expert's slots through its own FFN."""
-        h = F.relu(torch.baddbmm(self.up_bias[:, None, :], x, self.up))
-        return torch.baddbmm(self.down_bias[:, None, :], h, self.down)
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """x: rows grouped by expert, counts[e] of them expert e's; each group through its own
+        FFN. A module's forward, so that FSDP2 gathers the weights around it."""
+        out = []
+        for e, rows in enumerate(x.split(counts)):
+            hidden = F.relu(torch.addmm(self.up_bias[e], rows, self.up[e]))
+            out.append(torch.addmm(self.down_bias[e], hidden, self.down[e]))
+        return torch.cat(out)
 
 
 class BalanceLoss(torch.autograd.Function):
@@ -76,20 +82,15 @@ class MoEFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
         # Runs the experts on the dispatched slots where they are not all here: expert
         # parallelism puts its all-to-all here (runner/layouts/expert/exchange.py)
-        self.exchange: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.exchange: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
         self.index = 0  # the block's number in the model (its router figures are logged by it)
         # What the router did since it was last read (runner/training/callbacks/router.py): over
         # a step's micro-batches, summed
         self.routed: dict[str, torch.Tensor] = {}
 
-    def capacity(self, tokens: int, load: torch.Tensor | None = None) -> int:
-        """Slots per expert: capacity_factor x an even share; dropless (no factor), the busiest
-        expert's `load` (tokens routed to each), agreed over the expert-parallel ranks."""
-        if self.capacity_factor is not None:
-            return math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts)
-        busiest = int(load.max()) if load is not None else tokens
-        agree = getattr(self.exchange, "agree", None)
-        return agree(busiest) if agree is not None else busiest
+    def capacity(self, tokens: int) -> int:
+        """Slots per expert under Switch's capacity: capacity_factor x an even share."""
+        return math.ceil(self.capacity_factor * tokens * self.top_k / self.n_experts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape, d, n = x.shape, x.shape[-1], self.n_experts
@@ -97,24 +98,37 @@ class MoEFeedForward(nn.Module):
         probs = F.softmax(self.router(tokens).float(), dim=-1)
         gate, choice = probs.topk(self.top_k, dim=-1)  # (tokens, k)
         gate = gate / gate.sum(dim=-1, keepdim=True)
-        # Slots in choice-major order: every token's first choice before any second choice
+        # Routed copies in choice-major order: every token's first choice before any second one
         chosen = choice.t().reshape(-1)
-        per_expert = F.one_hot(chosen, n)
-        position = (per_expert.cumsum(0) - 1).gather(1, chosen[:, None]).squeeze(1)
-        capacity = self.capacity(len(tokens), per_expert.sum(0))
-        kept = position < capacity
-        slot = (chosen * capacity + position)[kept]
+        load = torch.bincount(chosen, minlength=n)
+        row, kept, counts = self.place(chosen, load, len(tokens))
         source = torch.arange(len(tokens), device=x.device).repeat(self.top_k)[kept]
-        slots = tokens.new_zeros(n * capacity, d).index_put((slot,), tokens[source])
-        out = (self.exchange or self.experts)(slots.view(n, capacity, d)).reshape(n * capacity, d)
-        weighted = out[slot] * gate.t().reshape(-1)[kept, None].to(out.dtype)
+        rows = tokens.new_zeros(sum(counts), d).index_put((row,), tokens[source])
+        out = self.exchange(rows, counts) if self.exchange else self.experts(rows, counts)
+        weighted = out[row] * gate.t().reshape(-1)[kept, None].to(out.dtype)
         y = tokens.new_zeros(len(tokens), d, dtype=out.dtype).index_add(0, source, weighted)
         balance = self.balance(choice, probs, shape[0])
-        self.record(per_expert.sum(0), (~kept).sum(), balance)
+        self.record(load, (~kept).sum(), balance)
         y = y.view(shape)
         if self.training and self.balance_weight > 0 and torch.is_grad_enabled():
             y = BalanceLoss.apply(y, balance * self.balance_weight)
         return self.dropout(y)
+
+    def place(
+        self, chosen: torch.Tensor, load: torch.Tensor, tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Each routed copy's row among the experts' grouped rows, which copies are kept, and
+        each expert's rows. Dropless: the copies sorted by expert, load[e] rows expert e's.
+        Capacity: expert e's slots are rows e x capacity on, a copy's place its position among
+        the copies routed there; those past the capacity are dropped."""
+        if self.capacity_factor is None:
+            row = torch.empty_like(chosen)
+            row[chosen.argsort(stable=True)] = torch.arange(len(chosen), device=chosen.device)
+            return row, torch.ones_like(chosen, dtype=torch.bool), load.tolist()
+        capacity = self.capacity(tokens)
+        position = (F.one_hot(chosen, self.n_experts).cumsum(0) - 1).gather(1, chosen[:, None])
+        kept = position.squeeze(1) < capacity
+        return (chosen * capacity + position.squeeze(1))[kept], kept, [capacity] * self.n_experts
 
     def balance(self, choice: torch.Tensor, probs: torch.Tensor, sequences: int) -> torch.Tensor:
         """Per sequence, n x the sum over experts of the share of its tokens' choices routed to

@@ -35,11 +35,19 @@ def block_tensors(m: Cfg, tp: int = 1, ep: int = 1, experts: bool = True) -> lis
 
 
 def capacity(m: Cfg, tokens: int) -> int:
-    """Slots per expert for a micro-batch's tokens (runner/models/moe/model.py). Dropless (no
-    capacity_factor): an even share, what a balanced router fills; the runtime pads every expert
-    to the busiest one's load, more where the router is unbalanced (router/load_max_over_mean)."""
+    """Rows per expert for a micro-batch's tokens (runner/models/moe/model.py): Switch's
+    capacity; dropless (no capacity_factor), an even share rounded up, what a balanced router
+    sends each expert."""
     factor = m.get("capacity_factor")
     return math.ceil((factor or 1) * tokens * m["top_k"] / m["n_experts"])
+
+
+def rows(m: Cfg, tokens: int) -> int:
+    """The experts' rows for a micro-batch's tokens: dropless, each token's top_k copies, however
+    the router spreads them; under Switch's capacity every expert's slots, empty ones included."""
+    if m.get("capacity_factor") is None:
+        return tokens * m["top_k"]
+    return m["n_experts"] * capacity(m, tokens)
 
 
 class MoESpec(DecoderSpec):
@@ -53,27 +61,31 @@ class MoESpec(DecoderSpec):
 
     def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """A block's experts, whole on every tensor-parallel rank, in s*b*h 16-bit values: per
-        token its slots (n_experts x capacity / tokens: capacity_factor x top_k, rounded up), each
-        the slot's input (h) and its ReLU output (4h), which the second product takes too; and
-        the top_k outputs the combine weights by the router's gates (runner/models/moe/model.py).
-        An expert parallel rank runs its experts on as many slots as it dispatched."""
-        slots = m["n_experts"] * capacity(m, tokens) / tokens
+        token its rows (top_k dropless; capacity_factor x top_k, rounded up, under Switch's
+        capacity), each the row's input (h) and its ReLU output (4h), which the second product
+        takes too; and the top_k outputs the combine weights by the router's gates
+        (runner/models/moe/model.py). An expert parallel rank runs its experts on as many rows
+        as it dispatched when the router is balanced; on more where its experts are busier."""
+        slots = rows(m, tokens) / tokens
         return slots * (2 + 8) + 2 * m["top_k"]
 
     def ffn_saved_units(self, m: Cfg, held: Activations, tokens: int) -> float:
         """Selective recomputation keeps the experts' products' outputs: a slot's first (4h)
         and second (h), and the combine's (h per gate)."""
-        slots = m["n_experts"] * capacity(m, tokens) / tokens
+        slots = rows(m, tokens) / tokens
         return slots * (8 + 2) + 2 * m["top_k"]
 
     def ep_traffic(
         self, m: Cfg, data: Cfg, samples: int, microbatches: int, cp: int
-    ) -> tuple[float, float]:
-        """A block's slots, n_experts x capacity x d_model for a micro-batch of b samples of
-        s/cp tokens each (runner/models/moe/model.py), in every block of every micro-batch."""
+    ) -> tuple[float, float, float]:
+        """A forward pass's dispatches, each a block's rows of d_model values for a micro-batch
+        of b samples of s/cp tokens (runner/models/moe/model.py): their elements and their
+        all-to-alls; and the bytes of the token counts dropless routing sends first (n_experts
+        int64 a block, one all-to-all each). A combine moves as many rows back."""
         tokens = samples // microbatches * data["seq_len"] // cp
-        per_micro = m["n_experts"] * capacity(m, tokens) * m["d_model"] * m["n_layers"]
-        return per_micro * microbatches, m["n_layers"] * microbatches
+        calls = m["n_layers"] * microbatches
+        counts = 8 * m["n_experts"] * calls if m.get("capacity_factor") is None else 0
+        return rows(m, tokens) * m["d_model"] * calls, calls, counts
 
     def check(self, m: Cfg, data: Cfg, train: bool) -> None:
         super().check(m, data, train)
