@@ -45,13 +45,17 @@ def seconds(
 ) -> float:
     """One forward product (all its `count`) at `peak` FLOP/s and `bandwidth` bytes/s."""
     curve = points if isinstance(points, tuple) else tuple(map(tuple, points))
-    return _seconds(g, peak, curve, bandwidth, elem)
+    return g.count * _one(g.m, g.n, g.k, peak, curve, bandwidth, elem)
 
 
-@functools.lru_cache(maxsize=2**16)  # a model's blocks repeat a few shapes; a search, its layouts
-def _seconds(
-    g: Gemm, peak: float, points: tuple[tuple[float, ...], ...], bandwidth: float | None, elem: int
-) -> float:
+# A model's blocks repeat a few shapes, a search's layouts a few more: one product's time is kept
+# by its shape, whatever its count (a stage's blocks, heads, samples)
+@functools.lru_cache(maxsize=2**16)
+def _one(
+    m: int, n: int, k: int, peak: float, points: tuple[tuple[float, ...], ...],
+    bandwidth: float | None, elem: int,
+) -> float:  # fmt: skip
+    g = Gemm(m, n, k)
     rate = peak * curve_share(points, size(g))
     if bandwidth:
         rate = min(rate, intensity(g, elem) * bandwidth)

@@ -154,6 +154,7 @@ def stage_s(job: Job, index: int, rates: Rates) -> float:
     )
 
 
+@shared(key=lambda job, index: stage_key(job, index, micro_samples(job), job.mesh.cp))
 def stage_products(job: Job, index: int) -> list[Any] | None:
     """One micro-batch's matrix products through one stage on one rank (None: shapes unknown).
     A context-parallel rank's are its positions' (a spec's `cp` only where it runs)."""

@@ -215,7 +215,8 @@ class DecoderSpec(ModelSpec):
         per sample and head of this rank's share. The tied output layer on the last stage. With
         `cp` context-parallel ranks, each rank's s/cp positions, its queries against its own keys
         and, in the ring's cp - 1 other steps, the half of each block the causal mask leaves
-        visible (runner/layouts/context/ring.py computes only that half)."""
+        visible (runner/layouts/context/ring.py computes only that half). Each block's product
+        once, its count times the stage's blocks."""
         d, s, heads, kv = m["d_model"], data["seq_len"] // cp, m["n_heads"], kv_width(m)
         tokens, per_head, hd = micro * s, micro * heads // tp, d // heads
         qkv = [Gemm(tokens, d // tp, d, count=3)]  # Q, K, V
@@ -231,7 +232,9 @@ class DecoderSpec(ModelSpec):
                        Gemm(s // 2, hd, s, count=others, attention=True)]  # fmt: skip
         attention = [*qkv, Gemm(tokens, d, d // tp)]  # and the output projection
         block = [*attention, *self.ffn_gemms(m, tokens, tp), *scores]
-        out = [g for _ in layers for g in block]
+        # every block's products alike: once each, run as many times more as the stage has blocks
+        # (a search prices thousands of stages: a product's time is its count's multiple)
+        out = [g.times(len(layers)) for g in block] if len(layers) else []
         if last:
             out.append(Gemm(tokens, vocab_rows(m, tp, vocab_tp), d, recomputed=False))
         return out
