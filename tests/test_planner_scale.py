@@ -3,6 +3,7 @@ behind backward, the scatter/gather between stages, an interleaved pipeline's se
 bounds a step, and published series of large runs reproduced: Megatron-LM's Table 1 (A100s) with
 its trend, Llama 3 405B's Table 4 (H100s)."""
 
+import dataclasses
 import functools
 from statistics import median
 
@@ -216,3 +217,12 @@ def test_equation_3_counts_four_passes_of_the_model() -> None:
     blocks = 12 * row.layers * row.hidden**2
     assert per_token == pytest.approx(8 * blocks + 16 * row.layers * 2048 * row.hidden
                                       + 6 * 51200 * row.hidden)  # fmt: skip
+
+
+def test_a_product_run_more_times_keeps_every_other_field() -> None:
+    """Gemm.times builds its copy field by field (a search makes hundreds of thousands): each
+    field set away from its default comes through, count multiplied."""
+    values = {"m": 2, "n": 3, "k": 5, "count": 7, "recomputed": False, "attention": True,
+              "causal": True, "scores": True}  # fmt: skip
+    assert set(values) == {f.name for f in dataclasses.fields(Gemm)}
+    assert Gemm(**values).times(4) == Gemm(**{**values, "count": 28})

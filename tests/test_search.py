@@ -114,8 +114,9 @@ def test_megatron_lms_published_meshes_plan_near_the_best_of_the_grid() -> None:
     """Narayanan et al. 2021, Table 1, every row: the published t x p x d, at its best layout,
     plans within 15 % of the fastest layout of the default grid, and within 5 % on the rows
     docs/planner.md names (benchmarks/search.py prints them all). Not its rank among the meshes
-    that fit: how many fit moves with what the grid holds (context parallelism beside sequence
-    parallelism fits 100 more here, 3 of them ahead)."""
+    that fit: how many fit moves with what the grid holds (each row's unfused attention,
+    trainer.attention=math, leaves out every context-parallel mesh, which the full grid held
+    before)."""
     slower = {}
     for row in TABLE_1:
         args = [o for o in overrides(row) if not o.startswith(("parallel.", "mode="))]

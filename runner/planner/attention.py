@@ -14,7 +14,9 @@ from runner.job import Job
 from runner.models.spec import Gemm
 from runner.precision import precision_of
 
-GPU_QUERY_TILE = 128  # FlashAttention-2's and -3's forward tiles at head size 128, cuDNN's too
+# A GPU's fused kernels' query tiles: flash's (16 bits: FlashAttention-2's and -3's forward at
+# head size 128, cuDNN's too) and the memory-efficient kernel's (fp32: cutlass's 64 x 64 blocks)
+FLASH_QUERY_TILE, EFFICIENT_QUERY_TILE = 128, 64
 
 
 def fused_attention(job: Job) -> bool:
@@ -31,10 +33,12 @@ def fused_attention(job: Job) -> bool:
 
 
 def query_tile(job: Job, seq_len: int) -> int:
-    """The fused kernel's query tile: torch's CPU flash kernel picks it by the sequence's
-    length (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: 32, 64 from 192, 256 from 768)."""
+    """The fused kernel's query tile: on a GPU its kernel's (flash in 16 bits, the
+    memory-efficient one in fp32); torch's CPU flash kernel picks it by the sequence's length
+    (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp: 32, 64 from 192, 256 from 768)."""
     if job.hardware.accelerator != "cpu":
-        return GPU_QUERY_TILE
+        sixteen_bit = precision_of(job.trainer).activation_bytes == 2
+        return FLASH_QUERY_TILE if sixteen_bit else EFFICIENT_QUERY_TILE
     return 256 if seq_len >= 768 else 64 if seq_len >= 192 else 32
 
 

@@ -166,11 +166,14 @@ def stage_products(job: Job, index: int) -> list[Any] | None:
     )
 
 
-def attention_s(job: Job) -> float:
-    """The busiest pipeline rank's attention products in one forward pass of a step (backward
-    runs two of their size): what a ring attention's exchanges run beside."""
-    busiest = max(rank_attention_s(job, Rates.of(job)))
-    return busiest * job.microbatches / job.hardware.compute_efficiency
+def attention_s(job: Job) -> tuple[float, float]:
+    """The busiest pipeline rank's attention products in a step, forward and backward (as its
+    kernel runs them: runner/planner/attention.py): what a ring attention's exchanges run
+    beside."""
+    per_rank = rank_attention_s(job, Rates.of(job))
+    scale = job.microbatches / job.hardware.compute_efficiency
+    forward, backward = max(per_rank, key=lambda passes: sum(passes))
+    return forward * scale, backward * scale
 
 
 def per_micro_batch(job: Job, rates: Rates) -> tuple[Any, ...]:
@@ -179,14 +182,17 @@ def per_micro_batch(job: Job, rates: Rates) -> tuple[Any, ...]:
 
 
 @shared(key=per_micro_batch)
-def rank_attention_s(job: Job, rates: Rates) -> list[float]:
-    """Each pipeline rank's attention products for one micro-batch, forward."""
+def rank_attention_s(job: Job, rates: Rates) -> list[tuple[float, float]]:
+    """Each pipeline rank's attention products for one micro-batch, forward and backward."""
 
-    def stage(i: int) -> float:
+    def stage(i: int, passes: Any) -> float:
         products = [g for g in stage_products(job, i) or [] if g.attention]
-        return sum(rates.seconds(g) * computed_share(job, g) for g in products)
+        return sum(rates.seconds(g) * computed_share(job, g) * passes(g) for g in products)
 
-    return by_rank(job, [stage(i) for i in range(len(job.stages))])
+    stages = range(len(job.stages))
+    forward = by_rank(job, [stage(i, lambda _: 1) for i in stages])
+    backward = by_rank(job, [stage(i, lambda g: backward_passes(job, g)) for i in stages])
+    return list(zip(forward, backward, strict=True))
 
 
 def by_rank(job: Job, per_stage: list[float]) -> list[float]:
@@ -300,11 +306,13 @@ def pipeline_s(job: Job, link: Any, traffic: Traffic, compute: float) -> tuple[f
 
 def ring_s(job: Job, link: Any) -> float:
     """A ring attention's exposed time: each pass's sends where they outlast the attention
-    products beside them (forward's, recomputation's again, and backward's, twice their size),
-    and every block's last exchange of gradients, which nothing computes beside."""
+    products beside them (forward's, recomputation's again, and backward's: the gradients' two
+    of each forward product's size and the scores computed again), and every block's last
+    exchange of gradients, which nothing computes beside."""
     forward, backward, last = (transfer_s(link, calls, sent) for sent, calls in ring_phases(job))
-    full, attention = job.trainer.recompute == "full", attention_s(job)
-    return max(0.0, forward - attention * (1 + full)) + max(last, backward - 2 * attention)
+    full = job.trainer.recompute == "full"
+    beside_forward, beside_backward = attention_s(job)
+    return max(0.0, forward - beside_forward * (1 + full)) + max(last, backward - beside_backward)
 
 
 def ddp_s(

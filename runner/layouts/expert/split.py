@@ -1,6 +1,6 @@
 """Expert parallelism's part of a mesh: each mixture-of-experts block's experts placed n_experts
 / ep to a rank, over ep ranks drawn from the data-parallel ones (Megatron-LM's and torchtitan's
-way: ep divides dp), and the block's slots all-to-all to them and back (exchange.py).
+way: ep divides dp), and the block's rows all-to-all to them and back (exchange.py).
 
 The rest of the model is replicated as data parallelism replicates it, DDP averaging its
 gradients over dp (and cp). The experts are not DDP's: a rank's experts saw the tokens of its

@@ -80,7 +80,7 @@ class MoEFeedForward(nn.Module):
         self.n_experts, self.top_k = n_experts, top_k
         self.capacity_factor, self.balance_weight = capacity_factor, balance_weight
         self.dropout = nn.Dropout(dropout)
-        # Runs the experts on the dispatched slots where they are not all here: expert
+        # Runs the experts on the dispatched rows where they are not all here: expert
         # parallelism puts its all-to-all here (runner/layouts/expert/exchange.py)
         self.exchange: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None
         self.index = 0  # the block's number in the model (its router figures are logged by it)

@@ -2,8 +2,8 @@
 decoder/spec.py) with each block's FFN replaced by a router and n_experts FFNs. A token runs
 through top_k of them, so its FLOPs are the dense decoder's with k FFNs; every expert's weights,
 gradients and optimizer state are held. Activations are the dense decoder's but for the FFN's:
-each token's slots in the experts (about capacity_factor x top_k of them), each slot's input and
-ReLU output, and the top_k outputs the combine weights. Pipeline stages are the decoder's (by
+each token's rows in the experts (top_k of them dropless, about capacity_factor x top_k under
+Switch's capacity), each row's input and ReLU output, and the top_k outputs the combine weights. Pipeline stages are the decoder's (by
 blocks); tensor parallelism splits the attention as the decoder's and leaves the experts
 whole."""
 
@@ -137,8 +137,9 @@ class MoESpec(DecoderSpec):
         return [len(s) * per_layer + head * (i == last) for i, s in enumerate(stages)]
 
     def ffn_gemms(self, m: Cfg, tokens: int, tp: int) -> list[Gemm]:
-        """The router's product and each expert's over its slots (padding included: the experts
-        compute every slot), in the decoder's FFN's place."""
+        """The router's product and each expert's over its rows, in the decoder's FFN's place:
+        under Switch's capacity every slot, empty ones included; dropless, an even share of the
+        tokens' top_k copies (what a balanced router sends each expert, rounded up)."""
         d, n, slots = m["d_model"], m["n_experts"], capacity(m, tokens)
         return [
             Gemm(tokens, n, d),  # router

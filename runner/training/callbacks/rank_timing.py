@@ -396,7 +396,8 @@ def combine(
     means = (STEP_TIME, COMPUTE_TIME, COMM_TIME, IDLE_TIME, IDLE_FRACTION)
     out |= {f.name: fmean(r[f.name] for r in per_rank) for f in means}
     out[worst(IDLE_FRACTION)] = max(r[IDLE_FRACTION.name] for r in per_rank)
-    # Payloads per rank; the mean over ranks where they differ (pipeline stages do).
+    # Payloads per rank; the mean over ranks where they differ (pipeline stages do, and dropless
+    # experts' ranks: a combine returns what its experts were sent).
     for dim in TRAFFIC_DIMS:
         sizes = [r.get(SENT.format(dim), 0.0) for r in per_rank]
         if any(sizes):
