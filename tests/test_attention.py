@@ -27,8 +27,10 @@ def scores_products(*overrides: str) -> tuple:
     ("overrides", "share"),
     [  # the tiles on and below the diagonal: (s + t) / 2s for query tiles t rows high
         # flash's tiles in 16 bits, the memory-efficient kernel's in fp32
-        (["hardware=h100", "model.context_len=8192", "trainer.precision=bf16-true"],
-         (8192 + 128) / (2 * 8192)),  # fmt: skip
+        (
+            ["hardware=h100", "model.context_len=8192", "trainer.precision=bf16-true"],
+            (8192 + 128) / (2 * 8192),
+        ),  # fmt: skip
         (["hardware=h100", "model.context_len=8192"], (8192 + 64) / (2 * 8192)),
         (["model.dropout=0"], (64 + 32) / (2 * 64)),  # torch's CPU tile at s 64: 32
         (["model.dropout=0", "model.context_len=256"], (256 + 64) / (2 * 256)),  # from 192: 64

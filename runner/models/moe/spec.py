@@ -3,9 +3,9 @@ decoder/spec.py) with each block's FFN replaced by a router and n_experts FFNs. 
 through top_k of them, so its FLOPs are the dense decoder's with k FFNs; every expert's weights,
 gradients and optimizer state are held. Activations are the dense decoder's but for the FFN's:
 each token's rows in the experts (top_k of them dropless, about capacity_factor x top_k under
-Switch's capacity), each row's input and ReLU output, and the top_k outputs the combine weights. Pipeline stages are the decoder's (by
-blocks); tensor parallelism splits the attention as the decoder's and leaves the experts
-whole."""
+Switch's capacity), each row's input and ReLU output, and the top_k outputs the combine weights.
+Pipeline stages are the decoder's (by blocks); tensor parallelism splits the attention as the
+decoder's and leaves the experts whole."""
 
 from __future__ import annotations
 
