@@ -6,9 +6,9 @@ where a CPU host's processes outnumber its cores).
 Compute: every forward product of the rank's stages, three times (forward, the input and the
 weight gradients), four for the blocks under full recomputation, per micro-batch; attention's
 as its kernel runs them (runner/planner/attention.py: a fused kernel computes the causal half
-and Q K^T again in backward); over the
-profile's compute_efficiency (the share of compute time matrix products take). The model's FLOPs
-for MFU are counted apart (6 per parameter and token, Kaplan et al. 2020; attention besides).
+and Q K^T again in backward); over the profile's compute_efficiency (the share of compute time
+matrix products take). The model's FLOPs for MFU are counted apart (6 per parameter and token,
+Kaplan et al. 2020; attention besides).
 Communication: tensor-parallel and pipeline transfers sit between the computations that need
 them, so all of their time counts (over gloo, a pipeline's on the step's path; an interleaved
 pipeline's on NCCL but its fill and drain hide behind its other stages' compute: pipeline_s),
