@@ -96,8 +96,12 @@ def test_data_scaling_pays_at_a_large_batch_and_not_at_a_small_one(
     # all-reduce hidden and no DDP cost it priced two replicas faster everywhere). How far its
     # tie lies from the measured one (as shipped: 5.5 planned, 2.8 to 10.2 measured) is held by
     # benchmarks/crossover.py on a quiet host: here, beside another test's load, the measured
-    # tie moved to 33.7 once.
-    said = re.search(r"data.batch_size \S+ measured, (\S+) as pred/step_time_s", a.said)
+    # tie moved to 33.7 once, and out of the range once (the study then says "no tie in the
+    # range measured"); the planner's tie is what this holds.
+    said = re.search(
+        r"data.batch_size (?:\S+ measured|no tie in the range measured), (\S+) as pred/step_time_s",
+        a.said,
+    )
     assert said, a.said
     assert 2 < float(said.group(1)) < 64
 
