@@ -185,14 +185,13 @@ def per_micro_batch(job: Job, rates: Rates) -> tuple[Any, ...]:
 def rank_attention_s(job: Job, rates: Rates) -> list[tuple[float, float]]:
     """Each pipeline rank's attention products for one micro-batch, forward and backward."""
 
-    def stage(i: int, passes: Any) -> float:
-        products = [g for g in stage_products(job, i) or [] if g.attention]
-        return sum(rates.seconds(g) * computed_share(job, g) * passes(g) for g in products)
-
-    stages = range(len(job.stages))
-    forward = by_rank(job, [stage(i, lambda _: 1) for i in stages])
-    backward = by_rank(job, [stage(i, lambda g: backward_passes(job, g)) for i in stages])
-    return list(zip(forward, backward, strict=True))
+    forward, backward = [], []
+    for i in range(len(job.stages)):
+        timed = [(rates.seconds(g) * computed_share(job, g), g)
+                 for g in stage_products(job, i) or [] if g.attention]  # fmt: skip
+        forward.append(sum(t for t, _ in timed))
+        backward.append(sum(t * backward_passes(job, g) for t, g in timed))
+    return list(zip(by_rank(job, forward), by_rank(job, backward), strict=True))
 
 
 def by_rank(job: Job, per_stage: list[float]) -> list[float]:
