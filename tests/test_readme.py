@@ -6,6 +6,7 @@ list of documents to docs/."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from runner import choices
@@ -97,14 +98,27 @@ def test_every_path_the_project_tree_names_exists() -> None:
     assert not missing, missing
 
 
+def top_level_folders() -> set[str]:
+    """The folders a checkout holds at its top: git's tracked ones, so that what a user made in
+    it (`pip wheel .`'s build/, a run's outputs/) is not taken for the project's; outside a git
+    checkout (an unpacked sdist), the folders on disk. Dot-folders (.ci/, .venv/) are not named."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if listed.returncode == 0 and listed.stdout:
+        folders = {line.split("/")[0] for line in listed.stdout.splitlines() if "/" in line}
+    else:  # what the runner and a build write, as .gitignore lists them
+        made = {"outputs", "multirun", "mlruns", "snapshots", "__pycache__", "build", "dist"}
+        folders = {p.name for p in ROOT.iterdir() if p.is_dir() and p.name not in made}
+    return {f for f in folders if not f.startswith(".") and not f.endswith(".egg-info")}
+
+
 def test_the_project_tree_names_every_package_and_top_level_folder() -> None:
     named = {str(p) for path in tree() for p in (path, *path.parents)}
     packages = {
         str(p.parent.relative_to(ROOT)) for p in (ROOT / "runner").glob("*/__init__.py")
     } | {str(p.parent.relative_to(ROOT)) for p in (ROOT / "runner").glob("*/*/__init__.py")}
-    tracked = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    ignored = {"outputs", "multirun", "mlruns", "snapshots", "__pycache__"}
-    folders = {t for t in tracked - ignored if not t.endswith(".egg-info")}
+    folders = top_level_folders()
     assert not (packages - named), sorted(packages - named)
     assert not (folders - named), sorted(folders - named)
 
