@@ -23,6 +23,11 @@ def run_job(
     # Before anything heavy is imported or any run is opened: the mesh's sizes, then the checks,
     # which resolve the typed job once for the mode.
     job = check(cfg, resolve_mesh(cfg))
+    if cfg.hardware.figures == "host" and cfg.mode in ("train", "plan", "search"):
+        from runner.modes.calibrate.host import price_with_host  # measures: imports torch
+
+        price_with_host(cfg, choices)  # this host's figures over the profile's
+        job = check(cfg, resolve_mesh(cfg))
     mode = importlib.import_module(MODES[cfg.mode])
     if cfg.mode != "train":  # training resumes it after its own imports (runner/modes/train.py)
         collector.resume()

@@ -31,4 +31,7 @@ PARAM_GATHER = ("forward", "step")
 EXAMPLES = ("neuron", "backprop")
 ACCELERATORS = ("cpu", "gpu")
 TIERS = ("auto", "intra_node", "inter_node")
+# hardware.figures: a CPU job priced with its profile's figures, or this host's own (measured once
+# by mode=calibrate and kept: runner/planner/host_figures.py)
+FIGURES = ("profile", "host")
 BACKENDS = ("auto", "nccl", "gloo")  # torch.distributed's, for dist.backend

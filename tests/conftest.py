@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from runner.planner.host_figures import HOSTS_ENV
 from tests.helpers.in_process import Cli, run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +42,17 @@ def checkout_untouched() -> Iterator[None]:
     if before is not None:
         made = (checkout_files() or set()) - before
         assert not made, f"the suite wrote into the checkout: {sorted(made)}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_figures(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This host's calibrations (hardware.figures=host) in a folder of each worker's session,
+    not the user's cache: a study's test measures the host it runs on, beside the other worker,
+    and leaves nothing a later real run would price with."""
+    folder = tmp_path_factory.mktemp("hosts")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HOSTS_ENV, str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")

@@ -220,6 +220,8 @@ BAD = [
     (["model=moe", "trainer.precision=16-mixed"], "trainer.precision: 16-mixed scales the loss, a"),
     (["hardware.emulated_linear_ms=0"], "hardware.emulated_linear_ms: must be positive or null"),
     (["-m", "+experiment=data_scaling", "study.crossover=idle"], "study.crossover: 'idle': one of"),
+    (["hardware.figures=measured"], "hardware.figures: 'measured' is not one of: profile, host"),
+    (["mode=plan", "hardware=h100", "hardware.figures=host"], "hardware.figures: host measures"),
 ]
 
 

@@ -601,6 +601,21 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
     return True
 
 
+def check_host_figures(o: Outcome, history: list[Outcome]) -> bool:
+    """planner.md: after mode=calibrate, a job with hardware.figures=host is priced with what it
+    measured (kept for this host: no second calibration), and its run says so."""
+    if o.keys.get("hardware.figures") != "host":
+        return False
+    (calibrated,) = [h for h in history if h.keys.get("mode") == "calibrate"]
+    (cal_run,) = calibrated.new
+    (run,) = o.new
+    assert "calibrating" not in o.done.stdout, o.done.stdout[-1000:]
+    assert run.data.tags["priced_by"].startswith("this host's figures (")
+    flops = cal_run.data.metrics["matmul_flops/fp32"]
+    assert float(run.data.params["hardware.peak_tflops.fp32"]) == pytest.approx(flops / 1e12)
+    return True
+
+
 def check_report(o: Outcome, history: list[Outcome]) -> bool:
     """planner.md: mode=report compares the newest sweep's runs."""
     if o.keys.get("mode") != "report":
@@ -644,6 +659,7 @@ CHECKS = [
     check_fault,
     check_resume,
     check_calibrate,
+    check_host_figures,
     check_report,
     check_equal_losses,
 ]
@@ -660,6 +676,7 @@ CLAIMS = {
         "check_fits",
         "check_plan_json",
         "check_calibrate",
+        "check_host_figures",
         "check_report",
     },
     "docs/reliability.md": {"check_fault", "check_resume"},

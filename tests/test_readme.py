@@ -25,6 +25,7 @@ KEYS = {
     "trainer.recompute": choices.RECOMPUTE,
     "trainer.attention": choices.ATTENTION,
     "dist.backend": choices.BACKENDS,
+    "hardware.figures": choices.FIGURES,
 }
 
 

@@ -162,3 +162,20 @@ def test_a_search_is_one_run_with_its_table_chart_and_the_command_that_plans_the
     assert planned.returncode == 0, planned.stderr
     figures = json.loads(planned.stdout.strip().splitlines()[-1])
     assert figures[STEP_TIME.name] == pytest.approx(run.data.metrics["best/step_time_s"], rel=1e-9)
+
+
+def test_the_math_kernel_leaves_context_parallelism_out_of_the_default_grid() -> None:
+    """trainer.attention=math: a cp rank runs its own ring kernel, so every cp mesh would be
+    refused; the default grid tries none (Table 1's searches spent most of their time refusing
+    them), and a cp the user lists is still tried and refused by the rule's key."""
+    node = ["model=decoder", "hardware=dgx_a100", "data.batch_size=16"]
+    fused = searched(*node)
+    assert {p.layout.cp for p in fused.priced} > {1}  # the fused kernel's grid splits sequences
+    plain = searched(*node, "trainer.attention=math")
+    assert {p.layout.cp for p in plain.priced} == {1}
+    assert "trainer.attention" not in plain.refusals.counts
+    # The same layouts otherwise: every cp = 1 layout of the fused grid
+    assert {p.layout for p in plain.priced} == {p.layout for p in fused.priced if p.layout.cp == 1}
+    listed = searched(*node, "trainer.attention=math", "search.cp=[1,2]")
+    assert {layout.cp for layout, _ in listed.refused} >= {2}
+    assert listed.refusals.counts["trainer.attention"] > 0

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from runner.config.study import StudyConfig
 from runner.metrics import BUBBLE_MEASURED, BUBBLE_THEORY, LOST_STEPS, PLAN_FITS, THROUGHPUT
-from runner.studies.report import tie
+from runner.studies.report import shown_in, tie, trend
 from runner.tracking.store import NESTED_TAG
 from runner.tracking.sweep_run import end_parent, start_parent
 
@@ -127,3 +127,21 @@ def test_two_lines_tie_where_their_ratio_crosses_one_on_log_scales() -> None:
     # ratio 2 then 1/4: log 2 and -2 log 2, a third of the way: 2 ** (1/3)
     assert tie([(1, 1.0, 2.0), (2, 4.0, 1.0), (4, 1.0, 4.0)]) == pytest.approx(2 ** (1 / 3))
     assert tie([(1, 1.0, 2.0), (2, 1.0, 3.0)]) is None
+
+
+def test_a_line_that_turns_says_where() -> None:
+    """The bubble study's samples/s on a slow host: more micro-batches help up to m = 4, then each
+    one's own cost outweighs the bubble it removes; the answer names the turn, not just the ends."""
+    x, values = "parallel.microbatches", [486.0, 629.0, 558.0]
+    shown = shown_in(THROUGHPUT.name, values)
+    points = list(zip(("2", "4", "8"), values, strict=True))
+    assert trend(points, x, shown) == (
+        "rises from 486 samples/s to 629 samples/s at parallel.microbatches=4,"
+        " then falls to 558 samples/s"
+    )
+    # A flat step is no turn; a line that only falls says its ends, as before.
+    flat = [("1", 3.0), ("2", 5.0), ("4", 5.0), ("8", 2.0), ("16", 1.0)]
+    assert trend(flat, "x", shown_in(LOST_STEPS.name, [p for _, p in flat])) == (
+        "rises from 3 to 5 at x=2, then falls to 1"
+    )
+    assert trend(points[1:], x, shown) == "falls from 629 samples/s to 558 samples/s"

@@ -8,7 +8,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from runner.choices import ACCELERATORS, TIERS
+from runner.choices import ACCELERATORS, FIGURES, TIERS
 from runner.errors import one_of, positive, require
 from runner.mesh import LINK_DIMS
 
@@ -86,6 +86,12 @@ class HardwareConfig:
     # its ranks sit: tp innermost, then cp, dp, pp, devices-per-node ranks to a node).
     tiers: dict[str, str] = field(default_factory=lambda: dict.fromkeys(LINK_DIMS, "auto"))
     emulate_network: EmulatedNetwork = field(default_factory=EmulatedNetwork)
+    # Whose figures price a CPU job: the profile's as written (measured on the host named in its
+    # file), or this host's own, measured once by mode=calibrate and kept under the runner's
+    # cache folder by host (runner/planner/host_figures.py): a study that compares measured with
+    # predicted then prices with the host it runs on.
+    figures: str = "profile"  # profile | host
+    calibrated: str | None = None  # written by figures=host: the calibration that priced the job
 
 
 def processes_per_host(hw: Any) -> int:
@@ -97,6 +103,12 @@ def processes_per_host(hw: Any) -> int:
 def check_hardware(hw: Any, train: bool) -> None:
     positive(hw, "hardware", "nodes")
     one_of(hw.accelerator, "hardware.accelerator", ACCELERATORS)
+    one_of(hw.figures, "hardware.figures", FIGURES)
+    require(
+        hw.figures == "profile" or hw.accelerator == "cpu",
+        "hardware.figures",
+        "host measures this CPU host (hardware.accelerator=cpu); a GPU's figures are its profile's",
+    )
     threads = hw.threads_per_rank
     require(threads is None or threads > 0, "hardware.threads_per_rank", "must be positive or null")
     require(hw.cores is None or hw.cores > 0, "hardware.cores", "must be positive or null")

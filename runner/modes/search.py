@@ -56,7 +56,8 @@ def search(cfg: DictConfig, job: Job, settings: SearchConfig) -> Searched:
     from tqdm import tqdm
 
     base = View(OmegaConf.to_container(cfg, resolve=True))
-    candidates = list(layouts(settings, base.hardware, job.spec, job.batch_size))
+    ring = job.trainer.attention != "math"  # the ring attention is a fused kernel of its own
+    candidates = list(layouts(settings, base.hardware, job.spec, job.batch_size, ring))
     hw = job.hardware
     print(f"searching {len(candidates):,} layouts of {hw.nodes} node(s) x {hw.devices} devices",
           flush=True)  # fmt: skip

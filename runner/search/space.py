@@ -4,7 +4,8 @@ A layout is the mesh (dp x pp x cp x tp on a node count, ep of the dp ranks), th
 the schedule and its virtual stages, the sharding level, recomputation and sequence parallelism.
 Choices that make no difference are not multiplied out: one schedule without a pipeline, no
 sharding level without replicas, ZeRO-1 or ZeRO-2 (one runs as the other), sequence parallelism
-only with tp > 1, virtual stages only for the schedules that interleave them. Each layout is
+only with tp > 1, virtual stages only for the schedules that interleave them, no context
+parallelism by default where the attention kernel is the math path. Each layout is
 checked by the very rules a run or a plan meets (runner/layouts/rules.py and the trainer's), on a
 plain copy of the config: a refusal is counted under the key it names, with its first message.
 """
@@ -145,14 +146,19 @@ def schedules(s: SearchConfig, pp: int) -> Iterator[tuple[str, int]]:
             yield schedule, 1
 
 
-def meshes(s: SearchConfig, hw: Mapping[str, Any], model: Any) -> Iterator[tuple[int, Mesh]]:
-    """Every (nodes, mesh) whose dp x pp x cp x tp fills the nodes' devices."""
+def meshes(
+    s: SearchConfig, hw: Mapping[str, Any], model: Any, ring: bool = True
+) -> Iterator[tuple[int, Mesh]]:
+    """Every (nodes, mesh) whose dp x pp x cp x tp fills the nodes' devices. Without `ring` (the
+    math attention kernel: trainer.attention=math, which a cp rank cannot run) the default grid
+    tries no context parallelism: every such mesh would be refused, and they were 57-90 % of
+    Megatron-LM's Table 1 searches. A cp the user lists is still tried, and refused by name."""
     for nodes in s.nodes or [hw["nodes"]]:
         world = nodes * hw["devices"]
         for tp in sizes(s.tp, divisors(hw["devices"]), world):
             for pp in sizes(s.pp, divisors(world // tp), world // tp):
                 rest = world // (tp * pp)
-                cps = sizes(s.cp, divisors(rest), rest) if model.sequence else [1]
+                cps = sizes(s.cp, divisors(rest) if ring else [1], rest) if model.sequence else [1]
                 for cp in cps:
                     dp = rest // cp
                     eps = sizes(s.ep, divisors(dp), dp) if model.experts else [1]
@@ -160,11 +166,13 @@ def meshes(s: SearchConfig, hw: Mapping[str, Any], model: Any) -> Iterator[tuple
                         yield nodes, Mesh(pp=pp, dp=dp, tp=tp, cp=cp, ep=ep)
 
 
-def layouts(s: SearchConfig, hw: Mapping[str, Any], model: Any, batch: int) -> Iterator[Layout]:
+def layouts(
+    s: SearchConfig, hw: Mapping[str, Any], model: Any, batch: int, ring: bool = True
+) -> Iterator[Layout]:
     """Every layout of the grid, the rules not yet asked. Micro-batches come from the micro-batch
     sizes (samples per micro-batch on a replica) that divide a replica's share of the batch; a
     size that does not is tried at the share itself, once."""
-    for nodes, mesh in meshes(s, hw, model):
+    for nodes, mesh in meshes(s, hw, model, ring):
         share = batch // mesh.dp if batch % mesh.dp == 0 else 0
         counts = (
             sorted({share // b if share % b == 0 else 1 for b in s.micro_batch_size})

@@ -268,15 +268,36 @@ def trend(points: list[tuple[str, float]], x: str, shown: Shown) -> str:
         return f"is {shown(points[0][1])}"
     if numeric([at for at, _ in points]):
         first, last = shown(points[0][1]), shown(points[-1][1])
-        if first == last:
+        ends = [0, *turns(points, shown), len(points) - 1]
+        if len(ends) == 2 and first == last:
             return f"stays at {first}"
-        return f"{'rises' if points[-1][1] > points[0][1] else 'falls'} from {first} to {last}"
+        moves = []  # "rises from 486 to 629 at parallel.microbatches=4", "then falls to 558"
+        for start, end in itertools.pairwise(ends):
+            verb = "rises" if points[end][1] > points[start][1] else "falls"
+            since = f" from {shown(points[start][1])}" if start == 0 else ""
+            at = f" at {x}={points[end][0]}" if end != len(points) - 1 else ""
+            moves.append(f"{verb}{since} to {shown(points[end][1])}{at}")
+        return ", then ".join(moves)
     low = min(points, key=lambda p: p[1])
     high = max(points, key=lambda p: p[1])
     if shown(low[1]) == shown(high[1]):
         return f"is {shown(low[1])} at every {x}"
     lowest, highest = f"{x}={low[0]} ({shown(low[1])})", f"{x}={high[0]} ({shown(high[1])})"
     return f"is lowest at {lowest} and highest at {highest}"
+
+
+def turns(points: list[tuple[str, float]], shown: Shown) -> list[int]:
+    """Where a line along x turns: the points past which it falls after rising or rises after
+    falling (steps that look flat as shown do neither). A lesson that holds up to a point (more
+    micro-batches help, until each one's own cost outweighs the bubble it removes) says where."""
+    found, heading, since = [], 0, 0
+    for i, ((_, a), (_, b)) in enumerate(itertools.pairwise(points)):
+        step = 0 if shown(a) == shown(b) else (1 if b > a else -1)
+        if step and heading and step != heading:
+            found.append(since)
+        if step:
+            heading, since = step, i + 1
+    return found
 
 
 def agreement(figure: str, jobs: list[Job], study: Mapping[str, Any], shown: Shown) -> str | None:
@@ -409,7 +430,17 @@ def answer(jobs: list[Job], study: Mapping[str, Any]) -> str:
             + ", ".join(named(j, x) for j in which)
             + "."
         )
+    said += [p for p in [priced_by(jobs, study)] if p]
     return " ".join(said) or "No job of the study finished with its figures."
+
+
+def priced_by(jobs: list[Job], study: Mapping[str, Any]) -> str | None:
+    """What priced a study's predictions (each job's `priced_by` tag): its profile's figures, or
+    this host's calibration (hardware.figures=host)."""
+    if not any(line.startswith("pred/") for line in study["predicted"].values()):
+        return None
+    priced = sorted({j.run.data.tags.get("priced_by") for j in jobs} - {None})
+    return f"Predictions priced by {'; '.join(priced)}." if priced else None
 
 
 def flaw_verb(flaw: str) -> str:

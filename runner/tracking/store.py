@@ -214,6 +214,8 @@ def run_tags(cfg: DictConfig, choices: Mapping[str, str | None], world_size: int
         "hardware": choices["hardware"],
         "world_size": str(world_size),
         "mode": cfg.mode,
+        # What priced its predictions: the profile's figures, or this host's calibration
+        "priced_by": cfg.hardware.get("calibrated") or f"profile {choices['hardware']}",
     }
     if choices.get("experiment"):
         tags["experiment"] = choices["experiment"]

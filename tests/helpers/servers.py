@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.launcher.cluster import free_port
@@ -31,8 +31,12 @@ def wait_healthy(url: str, server: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def mlflow_serving(command: str, store: str, cwd: Path) -> Iterator[str]:
-    """`mlflow server` or `mlflow ui` on the store, on 127.0.0.1: its URL once it answers."""
+def mlflow_starting(
+    command: str, store: str, cwd: Path
+) -> Iterator[tuple[str, Callable[[], None]]]:
+    """`mlflow server` or `mlflow ui` on the store, on 127.0.0.1, started: its URL, and a call that
+    waits until it answers. What the test does before that call overlaps the server's start-up
+    (about 25 s here)."""
     port = free_port()
     args = ["--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", store]
     proc = subprocess.Popen(
@@ -44,8 +48,15 @@ def mlflow_serving(command: str, store: str, cwd: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, proc)
-        yield url
+        yield url, lambda: wait_healthy(url, proc)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def mlflow_serving(command: str, store: str, cwd: Path) -> Iterator[str]:
+    """`mlflow server` or `mlflow ui` on the store, on 127.0.0.1: its URL once it answers."""
+    with mlflow_starting(command, store, cwd) as (url, answering):
+        answering()
+        yield url

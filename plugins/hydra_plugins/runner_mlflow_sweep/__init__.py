@@ -19,6 +19,15 @@ class MlflowSweepCallback(Callback):
             fail(str(error))  # SystemExit: Hydra turns a callback's exception into a warning
         if global_rank() != 0:  # a sweep under torchrun or srun: one parent, from rank 0
             return
+        if config.hardware.figures == "host" and config.hardware.accelerator == "cpu":
+            # Before the first job, at the sweep's own settings (not its first point's batch):
+            # every job is then priced by the same calibration of this host.
+            from runner.modes.calibrate.host import ensure
+
+            try:
+                ensure(config, config.hydra.runtime.choices)
+            except ConfigError as error:
+                fail(str(error))
         from runner.tracking.sweep_run import start_parent
 
         sweep = " ".join(config.hydra.overrides.task)

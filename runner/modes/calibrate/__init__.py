@@ -58,6 +58,7 @@ from runner.metrics import (
     WORKSPACE,
 )
 from runner.modes.calibrate.split_step import layer_overhead_s, splits
+from runner.planner.host_figures import Calibrated, Host, save
 from runner.planner.timing import Rates, model_flops_per_step, products_s
 from runner.precision import precision_of
 
@@ -300,9 +301,10 @@ def fit_line(sizes: list[int], seconds: list[float]) -> tuple[float, float]:
     return seconds[0], 1 / max(slope, 1e-15)
 
 
-def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
+def measure(cfg: DictConfig, job: Job, keys: tuple[str, ...] | None = None) -> dict[str, Any]:
     """On a CPU at the threads each rank will get (hardware.threads_per_rank; all cores when
-    not set), the host's figures scaled up to its cores: its ranks share them."""
+    not set), the host's figures scaled up to its cores: its ranks share them. `keys`: the
+    peak_tflops keys to measure (None: every one the device has)."""
     device, cores = device_of(cfg), len(os.sched_getaffinity(0))
     threads = cfg.hardware.threads_per_rank or cores
     torch.set_num_threads(threads)
@@ -315,7 +317,8 @@ def measure(cfg: DictConfig, job: Job) -> dict[str, Any]:
     # library keeps (workspace_gib), which products run before it would have made already
     figures = runner_step(cfg)
     step = figures[STEP_TIME.name]
-    measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys_of(device)}
+    keys = keys_of(device) if keys is None else keys
+    measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys}
     peaks = {key: peak for key, (peak, _) in measured.items()}
     curves = {key: curve for key, (_, curve) in measured.items()}
     bandwidth = memory_bandwidth(device)
@@ -445,11 +448,7 @@ def run(
     from runner.tracking.store import flat_metrics
 
     with recorded_run(cfg, choices, overrides) as record:
-        measured = measure(cfg, job)
-        if "p2p" in measured and splits(job):  # a CPU, and a model that splits over 2
-            split = layer_overhead_s(cfg, job, profile(measured))
-            measured[CALIBRATE_TP_OVERHEAD.name] = split
-            measured["tp_layer_overhead_from"] = "the model split over 2 processes, over its plan"
+        measured = measure_all(cfg, job)
         record.log_metrics(flat_metrics({k: v for k, v in measured.items() if k != "times"}))
         record.client.log_dict(record.run_id, measured, "calibration.json")
         base = choices.get("hardware") or "cpu"
@@ -460,4 +459,29 @@ def run(
         record.client.log_artifact(record.run_id, str(PROFILE))
     print(PROFILE.read_text())
     print(f"wrote {PROFILE.resolve()}: use it with hardware=calibrated from this folder")
+    if cfg.hardware.accelerator == "cpu":  # and keep it for hardware.figures=host
+        what = Calibrated(base, choices.get("model") or "model", cfg.trainer.precision, True)
+        host = Host.here(cfg.hardware.threads_per_rank)
+        save(what.path(host), host, what, figures_of(measured))
+        print(f"kept it for hardware.figures=host ({what}): {what.path(host)}")
     return measured
+
+
+def measure_all(
+    cfg: DictConfig, job: Job, keys: tuple[str, ...] | None = None, split: bool = True
+) -> dict[str, Any]:
+    """measure(), and on a CPU whose model splits over 2 ranks, DTensor's cost per split layer
+    measured on the model itself (split_step.py) in place of the tiny pair's (with `split`)."""
+    measured = measure(cfg, job, keys)
+    if split and "p2p" in measured and splits(job):  # a CPU, and a model that splits over 2
+        measured[CALIBRATE_TP_OVERHEAD.name] = layer_overhead_s(cfg, job, profile(measured))
+        measured["tp_layer_overhead_from"] = "the model split over 2 processes, over its plan"
+    return measured
+
+
+def figures_of(m: Mapping[str, Any]) -> dict[str, Any]:
+    """Every figure of the profile a calibration measured, as the planner reads them."""
+    out = profile(m)
+    if CALIBRATE_TP_OVERHEAD.name in m:
+        out["tp_layer_overhead_us"] = m[CALIBRATE_TP_OVERHEAD.name] * 1e6
+    return out
