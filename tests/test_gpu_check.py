@@ -62,7 +62,7 @@ def test_its_checks_rehearsed_on_this_cpu_pass_or_say_not_judged(
     assert "GPU 0 none sampled" in out  # MLflow's system metrics, the host's alone
     assert "sharing one CPU (two torchrun nodes)" in out  # check 2: the one-GPU machine's path
     assert "2 ranks on this CPU (one launch)" in out  # check 6: the path of two GPUs
-    assert "5 steps redone" in out  # of 10, snapshots every 5
+    assert "3 steps redone" in out  # of 6, snapshots every 3
     assert (tmp_path / "conf" / "hardware" / "calibrated.yaml").is_file()
 
 

@@ -28,11 +28,22 @@ from runner.metrics import (
     TRAIN_LOSS,
     prediction,
 )
+from runner.planner.host_figures import Host
 from tests.helpers.in_process import Cli
 from tests.helpers.jobs import REPOSITORY
 from tests.helpers.studies import SHORT, named, run_study
 
 PARALLEL = 1e-5  # a layout's partial sums add in another order (tests/test_tensor.py)
+
+
+def priced_by_this_host(said: str, threads: int | None, what: str) -> bool:
+    """The answer's last sentence names this host's calibration (hardware.figures=host), made
+    before the study's first job: the CPU, its cores, the threads a rank, torch, what it ran."""
+    host = re.escape(str(Host.here(threads)))
+    day = r"\d{4}-\d\d-\d\d"
+    calibrated = rf"\({host}; calibrated {day}, {re.escape(what)}\)"
+    last = rf"Predictions priced by this host's figures {calibrated}\.$"
+    return re.search(last, said) is not None
 
 
 @pytest.mark.slow
@@ -70,6 +81,8 @@ def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     said = "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: schedule=gpipe falls "
     assert said in a.said
     assert ", schedule=1f1b falls " in a.said
+    # Planned with this host's figures, calibrated before the first job (hardware.figures=host)
+    assert priced_by_this_host(a.said, None, "profile cpu, model ffnn at 32-true"), a.said
 
 
 @pytest.mark.slow
@@ -104,6 +117,7 @@ def test_data_scaling_pays_at_a_large_batch_and_not_at_a_small_one(
     )
     assert said, a.said
     assert 2 < float(said.group(1)) < 64
+    assert priced_by_this_host(a.said, 1, "profile cpu_core, model decoder at 32-true"), a.said
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ def calibration_of(cfg: DictConfig) -> DictConfig:
     parallel group's defaults (no layout), the profile's own figures."""
     out = copy.deepcopy(cfg)
     with open_dict(out):
+        out.pop("hydra", None)  # a sweep's own config (the study's callback): Hydra's node too
         out.mode = "calibrate"
         out.parallel = OmegaConf.structured(ParallelConfig)
         out.hardware.devices = 1
