@@ -47,6 +47,7 @@ def priced_by_this_host(said: str, threads: int | None, what: str) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # six 2-rank jobs and this host's calibration before them
 def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     cli: Cli, tmp_path: Path, seeded: str
 ) -> None:
