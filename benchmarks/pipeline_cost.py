@@ -11,8 +11,8 @@ both m, so the same work: (step at m = 8 - step at m = 2) / 6 is what one more m
 each way. The plain sides time their actions too (forward, backward, blocked receiving, summed over
 a step, per rank).
 The last line: the runner's step over the schedule's alone at m = 8 (target <= 1.10: what the runner
-adds to torch's schedule). The runs go one after another, so the machine's drift (5-15 % over tens
-of seconds, benchmarks/noise.py) is in the ratios too: read them to 0.05.
+adds to torch's schedule). The schedule and the runner's sides run in ROUNDS rounds, their order
+turned every round (docs/benchmarks.md's method): steps are medians, the ratio the rounds' median.
 Usage: .venv/bin/python -m benchmarks.pipeline_cost [override ...]
 """
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from statistics import median
 
 from benchmarks.common import QUIET, bounded, last_metrics, ratio_line, runner
 from benchmarks.plain_pipeline import PREFIX
@@ -33,6 +34,7 @@ JOB += ["trainer.warmup_steps=4", *QUIET]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
 TORCHRUN += ["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1"]
 MICROBATCHES = (2, 8)
+ROUNDS = 3
 
 
 def plain(how: str, m: int, extra: list[str]) -> dict[str, float]:
@@ -56,13 +58,24 @@ def runner_step(m: int, measure: bool, extra: list[str]) -> float:
 
 def main() -> None:
     extra = sys.argv[1:]
-    steps: dict[str, dict[int, float]] = {}
-    actions: dict[str, dict[int, dict[str, float]]] = {}
-    for how in ("loop", "schedule"):
-        actions[how] = {m: plain(how, m, extra) for m in MICROBATCHES}
-        steps[how] = {m: a["step_s"] for m, a in actions[how].items()}
-    steps["runner, measure=false"] = {m: runner_step(m, False, extra) for m in MICROBATCHES}
-    steps["runner"] = {m: runner_step(m, True, extra) for m in MICROBATCHES}
+    actions = {"loop": {m: plain("loop", m, extra) for m in MICROBATCHES}, "schedule": {}}
+
+    def schedule(m: int) -> float:
+        actions["schedule"][m] = plain("schedule", m, extra)  # the last round's
+        return actions["schedule"][m]["step_s"]
+
+    sides = {
+        "schedule": schedule,
+        "runner, measure=false": lambda m: runner_step(m, False, extra),
+        "runner": lambda m: runner_step(m, True, extra),
+    }
+    names, runs = list(sides), {name: {m: [] for m in MICROBATCHES} for name in sides}
+    for r in range(ROUNDS):  # one run of each side at each m a round, the order turned by one
+        for m in MICROBATCHES:
+            for name in names[r % 3 :] + names[: r % 3]:
+                runs[name][m].append(sides[name](m))
+    steps = {"loop": {m: a["step_s"] for m, a in actions["loop"].items()}}
+    steps |= {name: {m: median(x) for m, x in by_m.items()} for name, by_m in runs.items()}
     print(f"{'':<24}{'step m=2':>10}{'step m=8':>10}{'a micro-batch':>15}   (ms)")
     for name, at in steps.items():
         each = (at[8] - at[2]) / 6
@@ -72,7 +85,10 @@ def main() -> None:
         for m, a in by_m.items():
             parts = (a.get(k, 0.0) * 1e3 for k in ("forward_s", "backward_s", "wait_s"))
             print(f"{how:<10} m={m}  " + "  ".join(f"{p:8.1f}" for p in parts))
-    ratio = steps["runner"][8] / steps["schedule"][8]
+    for m, other in ((2, "runner, measure=false"), (8, "runner, measure=false"), (8, "schedule")):
+        each = [a / b for a, b in zip(runs["runner"][m], runs[other][m], strict=True)]
+        print(f"m={m}: runner / {other}, rounds: " + " ".join(f"{x:.3f}" for x in each))
+    ratio = median(each)  # the last: over the schedule's, m = 8
     print(ratio_line("pipeline m=8: runner / torch's schedule alone, step time", ratio, "<= 1.10"))
 
 
