@@ -170,6 +170,8 @@ NOT_METRICS = {
     ("runner/modes/calibrate/__init__.py", "step_overhead_s"): "the profile it writes: its field",
     ("runner/modes/calibrate/__init__.py", "cores"): "the profile it writes: its field",
     ("runner/modes/plan.py", "fits"): "the run's tag, and the table's word",
+    ("runner/planner/host_figures.py", "step_overhead_s"): "the profile's field it keeps",
+    ("runner/planner/host_figures.py", "cores"): "the profile's field it keeps",
     ("runner/planner/__init__.py", "mfu"): "__all__: the function",
     ("runner/tracking/store.py", "world_size"): "the run's tag",
     ("runner/training/callbacks/rank_timing.py", "bubble_fraction"): "a rank's own, not logged",
