@@ -47,7 +47,6 @@ def priced_by_this_host(said: str, threads: int | None, what: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # six 2-rank jobs and this host's calibration before them
 def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     cli: Cli, tmp_path: Path, seeded: str
 ) -> None:
@@ -82,8 +81,7 @@ def test_bubble_measures_a_bubble_that_falls_with_micro_batches_as_theory_says(
     said = "bubble_fraction_measured, as parallel.microbatches goes 2 → 8: schedule=gpipe falls "
     assert said in a.said
     assert ", schedule=1f1b falls " in a.said
-    # Planned with this host's figures, calibrated before the first job (hardware.figures=host)
-    assert priced_by_this_host(a.said, None, "profile cpu, model ffnn at 32-true"), a.said
+    assert a.said.endswith("Predictions priced by profile cpu.")  # its idle share: the theory's
 
 
 @pytest.mark.slow
