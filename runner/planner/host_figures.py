@@ -74,8 +74,8 @@ class Host:
         return f"{slug}-{self.cores}cores-{self.threads}threads-torch{self.torch}"
 
     def __str__(self) -> str:
-        a = "a rank"
-        return f"{self.cpu}, {self.cores} cores, {self.threads} thread(s) {a}, torch {self.torch}"
+        threads = f"{self.threads} thread(s) a rank"
+        return f"{self.cpu}, {self.cores} cores, {threads}, torch {self.torch}"
 
 
 HOSTS_ENV = "PARALLEL_RUNNER_HOSTS"  # another folder for them (the test suite's own)
