@@ -9,6 +9,7 @@ been checked: every size is a number then. Torch-free.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -116,7 +117,23 @@ def typed(schema: type[T], node: DictConfig) -> T:
     """The schema's dataclass from a config node (ranks get plain containers, not typed nodes).
     Resolved first, in place: an interpolation may point outside the node (`${parallel.pp}`)."""
     plain = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), plain))
+    # A copy of the one made for the same values: OmegaConf's checked merge costs 10-70 ms a
+    # schema, and a sweep's jobs repeat all but their layout (repr tells 1, 1.0, True and "1" apart)
+    return copy.deepcopy(_typed(schema, repr(plain), plain))
+
+
+_TYPED: dict[tuple[type, str], Any] = {}  # (schema, repr of its values) -> the dataclass
+TYPED_KEPT = 256  # a long sweep's layouts: the oldest go first
+
+
+def _typed(schema: type[T], key: str, plain: Any) -> T:
+    found = _TYPED.get((schema, key))
+    if found is None:
+        found = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), plain))
+        if len(_TYPED) >= TYPED_KEPT:
+            del _TYPED[next(iter(_TYPED))]
+        _TYPED[(schema, key)] = found
+    return found
 
 
 @dataclass(frozen=True)

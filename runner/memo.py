@@ -45,9 +45,10 @@ def stages_key(job: Any, *more: Hashable) -> tuple[Hashable, ...]:
 
 
 def stage_key(job: Any, index: int, *more: Hashable) -> tuple[Hashable, ...]:
-    """What a stage's parameters depend on: its layers, whether it holds the model's ends, the
-    tensor split (the vocabulary's too) and the experts' placement."""
+    """What a stage's parameters depend on: its layers (as far as they differ: the spec's
+    stage_shape), whether it holds the model's ends, the tensor split (the vocabulary's too) and
+    the experts' placement."""
     layers, last = job.stages[index], len(job.stages) - 1
     ends = index in (0, last)
-    return (layers.start, layers.stop, ends, index == last, job.mesh.tp, job.vocab_tp,
+    return (job.spec.stage_shape(layers), ends, index == last, job.mesh.tp, job.vocab_tp,
             job.mesh.ep, *more)  # fmt: skip

@@ -1,5 +1,6 @@
 """Data parallelism on processes the runner starts: correct, measured, cleanly stopped."""
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -238,3 +239,15 @@ def test_a_ranks_error_is_named_in_one_line() -> None:
     error = {"message": "RuntimeError: pair closure\n\nAt:\n  default_hooks.py(31): <lambda>\n"}
     failed = SimpleNamespace(exitcode=1, timestamp=100, message=error)
     assert root_failure({0: failed}, {0: 5, 1: 5}) == (0, "RuntimeError: pair closure")
+
+
+def test_a_rendezvous_port_is_drawn_where_the_kernel_hands_out_none() -> None:
+    """free_port's ports lie below the ephemeral range, where no connection's local end can take
+    them before rank 0 listens; each is free at once and they are not one fixed number."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = {free_port() for _ in range(8)}
+    assert len(ports) > 1
+    for port in ports:
+        assert 1024 <= port < low, (port, low, high)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))

@@ -27,6 +27,7 @@ from tests.helpers.one_node_slurm import (
 from tests.helpers.records import all_runs, losses_by_step
 
 SHORT = ["trainer.max_steps=6", *QUICK]
+WAIT_S = 120  # an srun job of 6 steps ends in about 10 s here; a sweep of two in under a minute
 RELATIVE = 1e-5  # fp32: ranks sum the same gradients in another order, nothing else differs
 LAYOUTS = {  # 2 ranks each, the FFNN split in a column/row pair per pipeline stage
     "data": ["parallel=data"],
@@ -44,10 +45,24 @@ def slurm() -> Iterator[dict[str, str]]:
         pytest.skip(str(why))
 
 
-def run(env: dict[str, str], cwd: Path, *command: str) -> subprocess.CompletedProcess:
-    """The command, then none of the cluster's job processes left (srun, steps, tasks)."""
+def run(
+    env: dict[str, str], cwd: Path, *command: str, limit_s: float = WAIT_S
+) -> subprocess.CompletedProcess:
+    """The command, then none of the cluster's job processes left (srun, steps, tasks). A command
+    still running after limit_s fails the test with what it and the cluster said, its jobs
+    cancelled (killing srun alone would leave its tasks running under slurmstepd)."""
     env = {k: v for k, v in env.items() if k != "MLFLOW_TRACKING_URI"}
-    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=limit_s)  # fmt: skip
+    except subprocess.TimeoutExpired as late:
+        queue = subprocess.run(["squeue", "-a", "-s"], env=env, capture_output=True, text=True)
+        subprocess.run(["scancel", "--partition=debug"], env=env, capture_output=True)
+        printed = [(o or b"").decode(errors="replace")[-3000:] for o in (late.stdout, late.stderr)]
+        pytest.fail(
+            f"{command[0]} still running after {limit_s:.0f} s\n--- stdout\n{printed[0]}\n"
+            f"--- stderr\n{printed[1]}\n--- squeue\n{queue.stdout}\n{cluster_said(env)}"
+        )
     assert until(lambda: not stragglers(env["SLURM_CONF"]), 10), stragglers(env["SLURM_CONF"])
     return done
 
@@ -72,6 +87,7 @@ def job_state(env: dict[str, str], job: str) -> tuple[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(len(LAYOUTS) * WAIT_S + 60)
 def test_srun_runs_each_layout_as_one_job(
     slurm: dict[str, str], tmp_path: Path, seeded: str
 ) -> None:

@@ -8,9 +8,12 @@ this host meet: 127.0.0.1, never another interface.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import socket
 import sys
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -22,10 +25,30 @@ def bind_gloo_to_loopback() -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+BELOW_EPHEMERAL = 8192  # how many ports under the kernel's ephemeral range free_port draws from
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a rendezvous the runner or a test starts there)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+    """A TCP port free on 127.0.0.1 now (for a rendezvous the runner or a test starts there).
+
+    Drawn below the kernel's ephemeral range: the port is only bound seconds later (by rank 0,
+    once its interpreter has started), and a port the kernel hands out (bind to 0) may meanwhile
+    go to any connection's local end, gloo's many among them. Rank 0 then cannot listen, and
+    a rank started by srun waits for it until dist.timeout_s. Outside the range only a process
+    that asks for that number could take it."""
+    try:
+        low = int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    draws = random.Random()  # not the global generator, which a job may have seeded
+    for _ in range(64 if low - BELOW_EPHEMERAL >= 1024 else 0):
+        port = draws.randrange(low - BELOW_EPHEMERAL, low)
+        with socket.socket() as probe, contextlib.suppress(OSError):
+            probe.bind((LOOPBACK, port))
+            return port
+    with socket.socket() as probe:  # no range below to draw from: the kernel's choice
+        probe.bind((LOOPBACK, 0))
         return probe.getsockname()[1]
 
 

@@ -15,7 +15,7 @@ the methods that build or split modules import it when called.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,11 @@ class PlannedModel:
     def layers(self, m: Cfg) -> int:
         """How many layers a pipeline can split the model into."""
         return 1
+
+    def stage_shape(self, layers: range) -> Hashable:
+        """What of a stage's layers its sizes and products depend on (runner/memo.py keeps a
+        search's stage figures under it): which layers they are, for layers that differ."""
+        return layers.start, layers.stop
 
     def stage_tensors(
         self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False

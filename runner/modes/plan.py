@@ -148,10 +148,12 @@ def run(
     from runner.tracking.job_run import recorded_run
     from runner.tracking.store import flat_metrics
 
-    with recorded_run(cfg, choices, overrides, world_size(cfg)) as record:
-        record.log_metrics(flat_metrics(out))
-        record.client.set_tag(record.run_id, "fits", "yes" if out[PLAN_FITS.name] else "no")
-        record.client.set_tag(record.run_id, "bound", out["bound"])
+    # The figures and their tags go in with the run's own (fewer writes of the store: a sweep
+    # of plans records a run a job)
+    tags = {"fits": "yes" if out[PLAN_FITS.name] else "no", "bound": out["bound"]}
+    with recorded_run(
+        cfg, choices, overrides, world_size(cfg), metrics=flat_metrics(out), extra_tags=tags
+    ) as record:
         record.client.log_dict(record.run_id, out, "plan.json")
     return out
 

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 
 from mlflow import MlflowClient
-from mlflow.entities import Param
+from mlflow.entities import Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig, OmegaConf
@@ -19,6 +19,7 @@ from runner.tracking.store import (
     OWNER_TAG,
     RESUMED_FROM,
     Run,
+    as_metrics,
     description,
     earlier_failure,
     flatten,
@@ -40,12 +41,19 @@ def recorded_run(
     resumed: str | None = None,
     origin: str | None = None,
     params: Mapping[str, str] | None = None,
+    metrics: Mapping[str, float] | None = None,
+    extra_tags: Mapping[str, str] | None = None,
 ) -> Iterator[Run]:
     """Open the job's run (or reopen `resumed`, a run that a snapshot continues; a new run that
     starts from another layout's snapshot is tagged with its `origin`; `params`: logged beside the
     config's) and end it FINISHED if the body returns, FAILED on any exception (Ctrl-C too) or if
-    recording the config itself fails: never left RUNNING."""
-    client, exp = open_experiment(cfg.logger.tracking_uri, cfg.logger.experiment_name)
+    recording the config itself fails: never left RUNNING. `metrics` and `extra_tags`: what the
+    job knew before its run opened (a plan's figures), recorded with the run's own tags and
+    params: each of MLflow's calls is a write of the store, and a sweep of plans opens a run a
+    job."""
+    exp_name = cfg.logger.experiment_name
+    client, exp = open_experiment(cfg.logger.tracking_uri, exp_name)
+    known = as_metrics(metrics or {})
     if resumed:
         client.update_run(resumed, status="RUNNING")
         client.set_tag(resumed, OWNER_TAG, owner())
@@ -56,15 +64,19 @@ def recorded_run(
         note = {MLFLOW_RUN_NOTE: description(cfg, choices, world_size)}
         tags = run_tags(cfg, choices, world_size) | source_tags() | note | {OWNER_TAG: owner()}
         tags |= {RESUMED_FROM: origin} if origin else {}
+        tags |= extra_tags or {}
         run = Run(client, client.create_run(exp, run_name=name, tags=tags).info.run_id)
     try:
         if not resumed:
             logged = flatten(cfg) | dict(params or {})  # and what the job made (its network)
-            run.log_batch("params", [Param(k, v) for k, v in logged.items()])
+            run.log_together(params=[Param(k, v) for k, v in logged.items()], metrics=known)
             client.log_text(run.run_id, OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             client.log_text(
                 run.run_id, OmegaConf.to_yaml(OmegaConf.create(overrides)), "overrides.yaml"
             )
+        else:
+            marks = [RunTag(k, v) for k, v in (extra_tags or {}).items()]
+            run.log_together(metrics=known, tags=marks)
         yield run
     except Preempted as stopped:  # asked to stop, its snapshot written: resumable, not failed
         client.set_tag(run.run_id, "preempted_at_step", str(stopped.step))
@@ -82,9 +94,12 @@ def recorded_run(
         summarize(client, run.run_id, cfg.logger.tracking_uri)
         raise
     run.end("FINISHED")
-    summarize(client, run.run_id, cfg.logger.tracking_uri)
+    # A run made here is in the experiment opened by its name
+    summarize(client, run.run_id, cfg.logger.tracking_uri, None if resumed else exp_name)
 
 
-def summarize(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
+def summarize(
+    client: MlflowClient, run_id: str, tracking_uri: str, experiment: str | None = None
+) -> None:
     with contextlib.suppress(MlflowException):  # a store that failed the run: its error speaks
-        print_run_summary(client, run_id, tracking_uri)
+        print_run_summary(client, run_id, tracking_uri, experiment)

@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Callable
 
 from mlflow import MlflowClient
+from mlflow.entities import Run
 
 from runner.metrics import COST, IDLE_FRACTION, THROUGHPUT, TRAIN_LOSS
 from runner.stragglers import TAG as STRAGGLER
@@ -22,7 +23,10 @@ HEADLINE: tuple[tuple[str, Callable[[float], str]], ...] = (  # (metric, how it 
 
 
 def figures_line(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> str:
-    losses = client.get_metric_history(run_id, TRAIN_LOSS.name)
+    # A run that logged a loss has its latest among its metrics: the history only then (a plan's
+    # run, a sweep's many, have none)
+    logged = TRAIN_LOSS.name in metrics
+    losses = client.get_metric_history(run_id, TRAIN_LOSS.name) if logged else []
     shown = [f"final loss {max(losses, key=lambda m: m.step).value:.4f}"] if losses else []
     shown += [shown_as(metrics[key]) for key, shown_as in HEADLINE if key in metrics]
     return " | ".join(shown)
@@ -53,9 +57,12 @@ def where(tracking_uri: str, experiment: str, shown: str) -> list[str]:
     ]
 
 
-def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> None:
+def print_run_summary(
+    client: MlflowClient, run_id: str, tracking_uri: str, experiment: str | None = None
+) -> None:
+    """`experiment`: the run's experiment's name, where the caller knows it (one read fewer)."""
     run = client.get_run(run_id)
-    experiment = client.get_experiment(run.info.experiment_id).name
+    experiment = experiment or client.get_experiment(run.info.experiment_id).name
     lines = [f"run {run.info.run_name} ({run_id}): {run.info.status}"]
     figures = figures_line(client, run_id, run.data.metrics)
     lines += [f"  {figures}"] if figures else []
@@ -66,11 +73,16 @@ def print_run_summary(client: MlflowClient, run_id: str, tracking_uri: str) -> N
 
 
 def print_sweep_summary(
-    client: MlflowClient, parent_id: str, tracking_uri: str, answer: str | None = None
+    client: MlflowClient,
+    parent_id: str,
+    tracking_uri: str,
+    answer: str | None = None,
+    jobs: list[Run] | None = None,
 ) -> None:
-    """How the sweep ended and where it is; last, a study's answer (runner/studies/report.py)."""
+    """How the sweep ended and where it is; last, a study's answer (runner/studies/report.py).
+    `jobs`: the sweep's job runs, where the caller has just read them (its comparison)."""
     parent = client.get_run(parent_id)
-    jobs = children(client, parent)
+    jobs = children(client, parent) if jobs is None else jobs
     ended = sorted({c.info.status for c in jobs})
     counts = ", ".join(f"{sum(c.info.status == s for c in jobs)} {s}" for s in ended)
     experiment = client.get_experiment(parent.info.experiment_id).name

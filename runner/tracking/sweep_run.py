@@ -53,15 +53,16 @@ def end_parent(status: str, summary: bool = True) -> None:
     global _parent, _study
     if _parent is None:
         return
-    said = None
+    said = jobs = None
     with contextlib.suppress(MlflowException):  # a store that failed the sweep: its error speaks
-        log_comparison(_parent.client, _parent.run_id)
+        jobs = log_comparison(_parent.client, _parent.run_id)
         if _study:
             said = log_study(_parent.client, _parent.run_id, _study)
     _parent.end(status)
     if summary:
-        with contextlib.suppress(MlflowException):
-            print_sweep_summary(_parent.client, _parent.run_id, os.environ[PARENT_URI_ENV], said)
+        uri = os.environ[PARENT_URI_ENV]
+        with contextlib.suppress(MlflowException):  # the jobs compared: read once
+            print_sweep_summary(_parent.client, _parent.run_id, uri, said, jobs)
     _parent, _study = None, None
     open_sweep.closed()
     os.environ.pop(PARENT_RUN_ENV, None)

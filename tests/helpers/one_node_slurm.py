@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from runner.launcher.cluster import free_port
 from runner.launcher.lifeline import die_with_parent
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "srun", "scontrol")
@@ -43,12 +44,6 @@ def unavailable() -> str | None:
     if os.geteuid() != 0:
         return "a SLURM cluster needs root here (slurmd starts jobs as their user)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def slurm_conf(root: Path, host: str) -> str:

@@ -7,13 +7,18 @@ time). Overrides that choose a config group's option (`model=ffnn`, `parallel=da
 is composed; plain values (`parallel.tp=4`, `+x=1`) are applied to the composed config
 afterwards, as Hydra applies them itself. So jobs that share their group choices share one
 composition, a copy of which each job's values are applied to: the same config Hydra composes
-(tests/test_sweeper.py compares them). The sweeper is the basic one otherwise: same batches, same
-launcher, same callbacks. Selected in conf/config.yaml (`override hydra/sweeper: runner`).
+(tests/test_sweeper.py compares them). Hydra checks a batch by composing each of its jobs before
+launching any, then the launcher composes each again: the sweeper keeps the configs its check made
+and hands each to the launcher once, so that a job's config is copied once, not twice. The sweeper
+is the basic one otherwise: same batches, same launcher, same callbacks. Selected in
+conf/config.yaml (`override hydra/sweeper: runner`).
 """
 
 # No `from __future__ import annotations`: Hydra runs this module without registering it, and
 # dataclasses then cannot resolve string annotations.
 import copy
+import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +38,8 @@ class RunnerSweeperConf(BasicSweeperConf):
 
 ConfigStore.instance().store(group="hydra/sweeper", name="runner", node=RunnerSweeperConf)
 
+CHECKED_KEPT = 256  # a batch's checked configs kept for its launcher (beyond: composed again)
+
 
 class ComposedOnce:
     """A config loader whose sweep configs reuse one composition per set of group choices; every
@@ -42,6 +49,12 @@ class ComposedOnce:
         self.loader = loader
         self.parser = OverridesParser.create()
         self.composed: dict[tuple[str, ...], DictConfig] = {}
+        # A batch's configs as its check made them, each for the launcher to take once
+        self.checked: dict[tuple[str, ...], tuple[DictConfig, DictConfig]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A launcher that ships the loader to its jobs (submitit) ships no batch's configs
+        return {**self.__dict__, "checked": {}}
 
     def __getattr__(self, name: str) -> Any:
         # Only once built: unpickling (the submitit launcher ships the loader to the cluster's
@@ -60,13 +73,23 @@ class ComposedOnce:
             and not self.loader.repository.group_exists(override.key_or_group)
         )
 
+    def check(self, master_config: DictConfig, sweep_overrides: list[str]) -> None:
+        """Compose a job's config to check it (Hydra's validate_batch_is_legal), and keep it for
+        the launcher: up to CHECKED_KEPT of them (a batch may hold a long sweep's every job)."""
+        cfg = self.load_sweep_config(master_config, sweep_overrides)
+        if len(self.checked) < CHECKED_KEPT:
+            self.checked[tuple(sweep_overrides)] = (master_config, cfg)
+
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> Any:
+        master, cfg = self.checked.pop(tuple(sweep_overrides), (None, None))
+        if master is master_config:  # checked and not yet launched: the same config
+            return cfg
         parsed = self.parser.parse_overrides(overrides=list(sweep_overrides))
         values = [o for o in parsed if self.is_value(o)]
         choices = tuple(o.input_line for o in parsed if not self.is_value(o))
         if choices not in self.composed:
             self.composed[choices] = self.loader.load_sweep_config(master_config, list(choices))
-        cfg = copy.deepcopy(self.composed[choices])
+        cfg = copied(self.composed[choices])
         ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
         task = [o for o in parsed if not o.is_hydra_override()]
         job = cfg.hydra.job.config.override_dirname
@@ -82,10 +105,27 @@ class ComposedOnce:
         return cfg
 
 
+def copied(cfg: DictConfig) -> DictConfig:
+    """A deep copy of a composed config, through pickle: the same nodes, flags and types
+    (tests/test_sweeper.py compares them), in half of copy.deepcopy's time (OmegaConf copies
+    node by node in Python; pickle's loops are C's). A schema pickle cannot name (a class made
+    in a function) is copied as before."""
+    try:
+        return pickle.loads(pickle.dumps(cfg, protocol=pickle.HIGHEST_PROTOCOL))
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return copy.deepcopy(cfg)
+
+
 class RunnerSweeper(BasicSweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        loader = ComposedOnce(hydra_context.config_loader)
-        cached = HydraContext(config_loader=loader, callbacks=hydra_context.callbacks)
+        self.loader = ComposedOnce(hydra_context.config_loader)
+        cached = HydraContext(config_loader=self.loader, callbacks=hydra_context.callbacks)
         super().setup(hydra_context=cached, task_function=task_function, config=config)
+
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Hydra's check (every job of the batch composes), its configs kept for the launcher."""
+        assert self.config is not None
+        for overrides in batch:
+            self.loader.check(self.config, list(overrides))

@@ -4,6 +4,7 @@ parallelism splits each block (Megatron-LM: 2 all-reduces of b*s*h forward, 2 ba
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 from runner.errors import positive, require
@@ -107,6 +108,11 @@ class DecoderSpec(ModelSpec):
 
     def layers(self, m: Cfg) -> int:
         return m["n_layers"]
+
+    def stage_shape(self, layers: range) -> Hashable:
+        """Every block alike: a stage's sizes and products depend on how many it holds, not on
+        which (a search's stages of a pipeline's middle share their figures)."""
+        return len(layers)
 
     def stage_tensors(
         self, m: Cfg, layers: range, ends: bool, tp: int, vocab_tp: bool = False
