@@ -59,6 +59,11 @@ def run(name: str) -> list[dict[str, str]]:
 
 
 def met(value: str, target: str) -> str:
+    if "not judged" in target:  # the benchmark's probe found the host moved more than the margin
+        return "not judged"
+    between = re.fullmatch(r"([0-9.]+) to ([0-9.]+)", target)
+    if between:
+        return "yes" if float(between[1]) <= float(value) <= float(between[2]) else "**no**"
     bound = re.fullmatch(r"([<>]=?) ([0-9.]+)", target)
     if not bound:
         return ""

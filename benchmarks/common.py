@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from mlflow import MlflowClient
@@ -101,6 +103,26 @@ def machine() -> str:
                  if line.startswith("model name")]  # fmt: skip
         model = names[0] if names else model
     return f"{len(os.sched_getaffinity(0))} cores, {model}"
+
+
+def drift(ratios: Sequence[float]) -> float:
+    """How far this machine's speed moved between a benchmark's paired runs: over the rounds, the
+    median distance of a round's ratio of the same work's time (forward, loss, backward and
+    optimizer, which both sides compute alike) from the rounds' median, as a share of it. What
+    the sides do differently leaves that ratio's median, not its spread: the spread is the host's
+    (benchmarks/noise.py shows this machine's 10-step windows 260 to 311 samples/s apart)."""
+    mid = median(ratios)
+    return median(abs(r / mid - 1) for r in ratios)
+
+
+def raw_target(target: str, moved: float) -> str:
+    """A raw ratio's target (">= 0.95"), or that this run cannot judge it: a ratio that must lie
+    within `margin` of 1 says nothing of the runner where the same work's time moved more than the
+    margin between the sides' runs (the table's met column then says "not judged")."""
+    margin = abs(1 - float(target.split()[-1]))
+    if moved <= margin:
+        return target
+    return f"{target}, not judged: the same work's time moved {100 * moved:.0f} % between runs"
 
 
 def ratio_line(name: str, ratio: float, target: str) -> str:

@@ -18,7 +18,9 @@ closure and zero_grad, counts as the runner's compute there). The compute-time r
 (no target): the drift, and the allocator's gain. Measuring can only be compared raw (with it off
 nothing is timed).
 Targets: runner / plain >= 0.95 (raw and at equal compute speed), measure on / off >= 0.98
-(measuring costs 2 % at most).
+(measuring costs 2 % at most). A raw target is judged only where the same work's time moved less
+than its margin between the runs (benchmarks/common.py: drift); the table says "not judged"
+elsewhere, and the figures at equal compute speed still are.
 Usage: .venv/bin/python -m benchmarks.overhead [override ...]
 """
 
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from math import nan
 from statistics import fmean, median
 
-from benchmarks.common import bounded, last_metrics, ratio_line, runner
+from benchmarks.common import bounded, drift, last_metrics, ratio_line, raw_target, runner
 from benchmarks.plain_loop import RESULTS_ENV, result_file
 from runner.metrics import COMM_TIME, COMPUTE_TIME, THROUGHPUT
 
@@ -142,7 +144,14 @@ def main() -> None:
         show(label, figure)
     for label, done in (("1 process", single), ("DDP 2", ddp)):
         show(f"compute s, runner / plain, {label}", ratio(done, "runner", "plain", "compute"))
-    targets = [">= 0.95", ">= 0.95", ">= 0.98", ">= 0.95", ">= 0.95"]
+    # The raw ratios are judged where the same work's time held still between the runs (the
+    # drift of the compute-time ratio over the rounds: runner and plain on one process, with DDP)
+    moved = {k: drift(ratio(done, "runner", "plain", "compute")[1]) for k, done in
+             (("single", single), ("ddp", ddp))}  # fmt: skip
+    print(f"the same work's time between runs moved {100 * moved['single']:.1f} % (1 process), "
+          f"{100 * moved['ddp']:.1f} % (DDP 2), median over rounds")  # fmt: skip
+    targets = [raw_target(">= 0.95", moved["single"]), raw_target(">= 0.95", moved["ddp"]),
+               raw_target(">= 0.98", moved["ddp"]), ">= 0.95", ">= 0.95"]  # fmt: skip
     for (label, (mid, _)), target in zip(figures.items(), targets, strict=True):
         print(ratio_line(label, mid, target))
 

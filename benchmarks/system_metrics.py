@@ -7,7 +7,8 @@ speed (each side's share of the loop spent computing, the figure the drift moves
 too, and the sampler's own CPU time per sample is timed on its own: what it can take from training
 at most, without the noise.
 Targets: samples/s on / off >= 0.98, raw and at equal compute speed; the sampler under 1 % of one
-core at the default interval.
+core at the default interval. The raw target is judged only where the same work's time moved less
+than its margin between the runs (benchmarks/common.py: drift).
 Usage: .venv/bin/python -m benchmarks.system_metrics [override ...]
 """
 
@@ -18,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import ratio_line
+from benchmarks.common import drift, ratio_line, raw_target
 from benchmarks.overhead import DP2, ratio, rounds, runner_run, show
 
 ROUNDS = 7
@@ -58,7 +59,9 @@ def main() -> None:
     raw, busy = ratio(done, "on", "off"), ratio(done, "on", "off", "busy")
     show("system metrics on / off, DDP 2", raw)
     show("system metrics on / off, DDP 2, equal compute speed", busy)
-    print(ratio_line("system metrics on / off, DDP 2", raw[0], ">= 0.98"))
+    moved = drift(ratio(done, "on", "off", "compute")[1])
+    print(f"the same work's time between runs moved {100 * moved:.1f} % (median over rounds)")
+    print(ratio_line("system metrics on / off, DDP 2", raw[0], raw_target(">= 0.98", moved)))
     print(ratio_line("system metrics on / off, DDP 2, equal compute speed", busy[0], ">= 0.98"))
     print(ratio_line("sampler's CPU a sample, ms", 1000 * sample_s, "none"))
     share = 100 * sample_s / DEFAULT_INTERVAL_S
