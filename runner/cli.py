@@ -18,6 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.compat.hydra_mode import mode_from_the_command_line
 from runner.config import register_configs
 from runner.config_dirs import CONF_DIR
 from runner.errors import JobFailed, Stopped, SweepJobFailed
@@ -112,6 +113,7 @@ def main() -> None:
     listen_to_ctrl_c()
     quiet_third_parties()
     register_configs()
+    mode_from_the_command_line()  # one composition of the config, not two (compat/hydra_mode.py)
     OmegaConf.register_new_resolver(RESOLVER, listed, replace=True)  # --help's list of studies
     full_trace = os.environ.get("HYDRA_FULL_ERROR") == "1"  # as Hydra reads it: 0 is off
     os.environ["HYDRA_FULL_ERROR"] = "1"

@@ -81,6 +81,23 @@ def test_the_seeds_worked_examples_as_a_sweep(tmp_path: Path, cli: Cli, seeded: 
     )  # the seed's second MSE
 
 
+def test_the_run_mode_is_the_command_lines_and_no_config_sets_it(
+    tmp_path: Path, cli: Cli, seeded: str
+) -> None:
+    """runner/compat/hydra_mode.py takes the mode from `-m` or a `hydra.mode=` override rather
+    than composing the config once more to read it: the same answer while no config of the
+    runner sets hydra.mode, and an override still makes a sweep."""
+    configs = [*CONF_DIR.rglob("*.yaml"), *EXPERIMENTS_DIR.rglob("*.yaml")]
+    assert len(configs) > 20
+    setting = [p.name for p in configs if "mode" in ((yaml.safe_load(p.read_text()) or {}).get(
+        "hydra") or {})]  # fmt: skip
+    assert setting == []
+    done = cli("hydra.mode=MULTIRUN", "+experiment=seed_neuron,seed_backprop", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = all_runs(seeded)
+    assert sorted(r.data.tags["mode"] for r in runs) == ["example", "example", "sweep"]
+
+
 @pytest.mark.slow  # three jobs and their comparison: half a minute
 def test_a_sweep_nests_one_child_run_per_job_under_a_parent(
     tmp_path: Path, cli: Cli, seeded: str

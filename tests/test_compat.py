@@ -23,13 +23,15 @@ def test_a_missing_private_api_is_named_with_the_release_and_the_checked_ones() 
 
 def test_each_wrapper_refuses_a_release_without_its_api(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.distributed._functional_collectives as funcol
+    from hydra._internal import hydra as hydra_internal
     from pytorch_lightning.callbacks import TQDMProgressBar
     from torch.distributed import distributed_c10d
     from torch.distributed.pipelining import schedules
 
-    from runner.compat import collectives, float8, lightning, pipelining, process_group
+    from runner.compat import collectives, float8, hydra_mode, lightning, pipelining, process_group
 
     cases = [
+        (hydra_internal.Hydra, "get_mode", hydra_mode.mode_from_the_command_line),
         (schedules, "_batch_p2p", lambda: pipelining.wrap_p2p(lambda f: f, lambda f: f)),
         (funcol, "all_reduce", lambda: collectives.wrap_functional({("all_reduce",): lambda f: f})),
         (distributed_c10d, "default_pg_timeout", lambda: process_group.set_default_timeout(60)),
