@@ -34,6 +34,7 @@ BENCHMARKS = [
 RESULT = re.compile(r"^(?P<name>.+): (?P<value>[-+0-9.]+) \(target (?P<target>.+)\)$")
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 MARKERS = ("<!-- bench -->", "<!-- /bench -->")
+FAILED = "ran to its end"  # the target of a benchmark that failed: the row that says so
 
 
 def load() -> str:
@@ -43,22 +44,28 @@ def load() -> str:
 
 
 def run(name: str) -> list[dict[str, str]]:
-    """Run one benchmark, showing its output as it comes; its results. Its wall time and the
-    machine's load are printed too: what a slow `make bench` spent its time on."""
+    """Run one benchmark; its results, or one row saying it failed and why (its error's last
+    line): the others' results are kept. Its output, its wall time and the machine's load are
+    printed too: what a slow `make bench` spent its time on."""
     print(f"== benchmarks.{name} ({load()})", flush=True)
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", f"benchmarks.{name}"], capture_output=True, text=True
     )
     print(done.stdout, flush=True)
+    print(done.stderr, file=sys.stderr, flush=True)
     print(f"== benchmarks.{name}: {time.perf_counter() - start:.0f} s ({load()})", flush=True)
     if done.returncode:
-        sys.exit(f"benchmarks.{name} failed")
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        why = said[0] if said else f"exit code {done.returncode}"
+        return [{"benchmark": name, "name": f"failed: {why[:160]}", "value": "", "target": FAILED}]
     found = (RESULT.match(line) for line in done.stdout.splitlines())
     return [m.groupdict() | {"benchmark": name} for m in found if m]
 
 
 def met(value: str, target: str) -> str:
+    if target == FAILED:
+        return "**no**"
     if "not judged" in target:  # the benchmark's probe found the host moved more than the margin
         return "not judged"
     between = re.fullmatch(r"([0-9.]+) to ([0-9.]+)", target)
@@ -102,6 +109,9 @@ def main() -> None:
     print(text)
     if "--docs" in sys.argv[1:]:
         update_page(text)
+    failed = [r["benchmark"] for r in results if r["target"] == FAILED]
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)} (the others' results are in the table)")
 
 
 if __name__ == "__main__":

@@ -26,3 +26,35 @@ def test_a_range_target_is_judged_at_both_ends() -> None:
         "**no**", "yes", "yes", "**no**"
     ]  # fmt: skip
     assert met("3.0", "none") == ""
+
+
+def test_a_benchmark_that_fails_is_a_row_and_the_others_results_are_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from benchmarks import __main__ as bench
+
+    said = {  # what each benchmark's process printed, and its exit code
+        "fine": ("a figure: 1.5 (target > 1)\n", "", 0),
+        "broken": ("", "python -m runner ... still ran after 600 s:\nmore\n", 1),
+    }
+
+    def fake_run(command: list[str], **_: object) -> subprocess.CompletedProcess:
+        out, err, code = said[command[-1].removeprefix("benchmarks.")]
+        return subprocess.CompletedProcess(command, code, out, err)
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"before\n{bench.MARKERS[0]}\nold\n{bench.MARKERS[1]}\nafter\n")
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(bench, "BENCHMARKS", ["broken", "fine"])
+    monkeypatch.setattr(bench, "PAGE", page)
+    monkeypatch.setattr(sys, "argv", ["benchmarks", "--docs"])
+    with pytest.raises(SystemExit) as ended:
+        bench.main()
+    assert "broken" in str(ended.value.code)  # a failure, named
+    written = page.read_text()
+    assert "| fine | a figure | 1.5 | > 1 | yes |" in written  # kept, and on the page
+    assert "| broken | failed: python -m runner ... still ran after 600 s: |" in written
+    assert written.startswith("before\n") and written.endswith("after\n") and "old" not in written
