@@ -79,6 +79,11 @@ def met(value: str, target: str) -> str:
     return "yes" if ok else "**no**"
 
 
+def cell(text: str) -> str:
+    """A Markdown table's cell: a figure named |x - 1| would otherwise end its cell at the bar."""
+    return text.replace("|", "\\|")
+
+
 def table(results: list[dict[str, str]], minutes: float) -> str:
     today = datetime.date.today().isoformat()
     lines = [
@@ -88,7 +93,7 @@ def table(results: list[dict[str, str]], minutes: float) -> str:
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['benchmark']} | {r['name']} | {r['value']} | {r['target']} | "
+        f"| {r['benchmark']} | {cell(r['name'])} | {r['value']} | {cell(r['target'])} | "
         f"{met(r['value'], r['target'])} |"
         for r in results
     ]

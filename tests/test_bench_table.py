@@ -39,6 +39,7 @@ def test_a_benchmark_that_fails_is_a_row_and_the_others_results_are_kept(
     said = {  # what each benchmark's process printed, and its exit code
         "fine": ("a figure: 1.5 (target > 1)\n", "", 0),
         "broken": ("", "python -m runner ... still ran after 600 s:\nmore\n", 1),
+        "bars": ("worst |x - 1|: 0.1 (target <= 0.2)\n", "", 0),
     }
 
     def fake_run(command: list[str], **_: object) -> subprocess.CompletedProcess:
@@ -48,7 +49,7 @@ def test_a_benchmark_that_fails_is_a_row_and_the_others_results_are_kept(
     page = tmp_path / "benchmarks.md"
     page.write_text(f"before\n{bench.MARKERS[0]}\nold\n{bench.MARKERS[1]}\nafter\n")
     monkeypatch.setattr(bench.subprocess, "run", fake_run)
-    monkeypatch.setattr(bench, "BENCHMARKS", ["broken", "fine"])
+    monkeypatch.setattr(bench, "BENCHMARKS", ["broken", "fine", "bars"])
     monkeypatch.setattr(bench, "PAGE", page)
     monkeypatch.setattr(sys, "argv", ["benchmarks", "--docs"])
     with pytest.raises(SystemExit) as ended:
@@ -56,5 +57,6 @@ def test_a_benchmark_that_fails_is_a_row_and_the_others_results_are_kept(
     assert "broken" in str(ended.value.code)  # a failure, named
     written = page.read_text()
     assert "| fine | a figure | 1.5 | > 1 | yes |" in written  # kept, and on the page
+    assert "| bars | worst \\|x - 1\\| | 0.1 | <= 0.2 | yes |" in written  # one cell, its bars kept
     assert "| broken | failed: python -m runner ... still ran after 600 s: |" in written
     assert written.startswith("before\n") and written.endswith("after\n") and "old" not in written
