@@ -1,8 +1,8 @@
 """A real one-node SLURM cluster for the tests, from Debian's `slurm-wlm` and `munge`: munged,
 slurmctld and slurmd with a generated slurm.conf (the node on 127.0.0.1, Linux process tracking,
-no task plugin, consumable CPUs, this host's CPUs; keys, state, spool, logs and sockets in a
-temporary folder). Needs root (slurmd starts jobs as their user); where it cannot start, the
-tests skip with one line saying why.
+no task plugin, consumable CPUs, this host's CPUs, a scheduler's pass every second; keys,
+state, spool, logs and sockets in a temporary folder). Needs root (slurmd starts jobs as their
+user); where it cannot start, the tests skip with one line saying why.
 
 The daemons run in the foreground as this process's children, each in its own session, and are
 killed with it however it ends. On the way out every job is cancelled and its steps (slurmstepd
@@ -68,6 +68,10 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
+# A job whose start time passes (a requeued one's) waits for the next pass of the scheduler:
+# every 60 s by default (backfill's every 30 s), here every second. Measured: a requeued job
+# started 14.4 s after its requeue, 1.4 s with these.
+SchedulerParameters=sched_interval=1,bf_interval=1
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none
 NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 State=UNKNOWN
