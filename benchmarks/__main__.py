@@ -44,7 +44,7 @@ def load() -> str:
 
 
 def run(name: str) -> list[dict[str, str]]:
-    """Run one benchmark; its results, or one row saying it failed and why (its error's last
+    """Run one benchmark; its results, or one row saying it failed and why (its error's first
     line): the others' results are kept. Its output, its wall time and the machine's load are
     printed too: what a slow `make bench` spent its time on."""
     print(f"== benchmarks.{name} ({load()})", flush=True)

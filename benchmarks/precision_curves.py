@@ -46,12 +46,16 @@ def worst(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) / y for x, y in zip(a, b, strict=True))
 
 
+def train(precision: str, steps: int, cwd: str, timeout_s: float = RUN_LIMIT_S) -> None:
+    runner(f"trainer.max_steps={steps}", f"trainer.precision={precision}", *QUIET, *sys.argv[1:],
+           cwd=cwd, timeout_s=timeout_s)  # fmt: skip
+
+
 def limit_s(precision: str) -> float:
     """How long STEPS steps of `precision` may take here: a probe of PROBE_STEPS steps, timed."""
     with tempfile.TemporaryDirectory() as probe:
         start = time.perf_counter()
-        runner(f"trainer.max_steps={PROBE_STEPS}", f"trainer.precision={precision}", *QUIET,
-               *sys.argv[1:], cwd=probe)  # fmt: skip
+        train(precision, PROBE_STEPS, probe)
         a_step = (time.perf_counter() - start) / PROBE_STEPS
     return max(RUN_LIMIT_S, MARGIN * a_step * STEPS)
 
@@ -61,8 +65,7 @@ def main() -> None:
         for precision in PRECISIONS:
             limit = limit_s(precision)
             print(f"{precision}: {STEPS} steps, limit {limit / 60:.1f} min", flush=True)
-            runner(f"trainer.max_steps={STEPS}", f"trainer.precision={precision}", *QUIET,
-                   *sys.argv[1:], cwd=tmp, timeout_s=limit)  # fmt: skip
+            train(precision, STEPS, tmp, timeout_s=limit)
         found = curves(tmp)
     print(f"{'step':>6}" + "".join(f"{name:>12}" for name in found))
     for step in SHOWN:

@@ -2,8 +2,8 @@
 config once only to read `hydra.mode` from it (the private `Hydra.get_mode`), then composes it
 again to run: a third of a second of every command's start here (0.72 -> 0.45 s for a
 `mode=plan` of the FFNN, a warm process on the 2-core AVX2 EPYC), the half of `mode=plan`'s
-answer that is not planning. No config of the runner sets `hydra.mode` (tests/test_configs.py
-holds it), so the mode is the command line's: `-m`/`--multirun`, or a `hydra.mode=` override,
+answer that is not planning. No config of the runner sets `hydra.mode` (tests/test_cli.py holds
+it), so the mode is the command line's: `-m`/`--multirun`, or a `hydra.mode=` override,
 which still goes through Hydra's own reading. A config of a user's that sets `hydra.mode` is
 overridden by the command line's choice, as Hydra does when both say. Checked on hydra-core 1.3.
 """
