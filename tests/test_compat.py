@@ -26,9 +26,18 @@ def test_each_wrapper_refuses_a_release_without_its_api(monkeypatch: pytest.Monk
     from hydra._internal import hydra as hydra_internal
     from pytorch_lightning.callbacks import TQDMProgressBar
     from torch.distributed import distributed_c10d
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
     from torch.distributed.pipelining import schedules
 
-    from runner.compat import collectives, float8, hydra_mode, lightning, pipelining, process_group
+    from runner.compat import (
+        collectives,
+        float8,
+        hydra_mode,
+        lightning,
+        pipelining,
+        process_group,
+        rendezvous_events,
+    )
 
     cases = [
         (hydra_internal.Hydra, "get_mode", hydra_mode.mode_from_the_command_line),
@@ -37,6 +46,7 @@ def test_each_wrapper_refuses_a_release_without_its_api(monkeypatch: pytest.Monk
         (distributed_c10d, "default_pg_timeout", lambda: process_group.set_default_timeout(60)),
         (TQDMProgressBar, "_should_update", lightning.progress_bar_base),
         (torch, "_scaled_mm", lambda: float8.float8_product(16, torch.device("cpu"))),
+        (dynamic_rendezvous, "get_method_name", rendezvous_events.name_methods_cheaply),
     ]
     for owner, name, use in cases:
         with monkeypatch.context() as patched:
@@ -105,3 +115,29 @@ def test_a_release_with_none_of_the_names_is_refused_in_one_line_naming_them() -
     assert "all_gather_single or " in line and ".all_gather_tensor is missing in torch" in line
     assert "checked with torch 2.13" in line
     assert funcol.all_reduce is all_reduce  # nothing wrapped when one is missing
+
+
+def test_the_rendezvous_names_each_event_by_the_method_torchs_own_answer_names() -> None:
+    """compat/rendezvous_events.py's frame read answers as `inspect.stack()[depth].function`
+    (torch's get_method_name) at every depth above itself, and "no_method_name" past the
+    stack's end."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from runner.compat.rendezvous_events import method_name, name_methods_cheaply
+
+    def torchs(depth: int = 2) -> str:  # torch's own, as released
+        return inspect.stack()[depth].function if len(inspect.stack()) > depth else "no_method_name"
+
+    def record(name_of, depth):  # the rendezvous' _record: the method calling it is named
+        return name_of(depth)
+
+    def sync(name_of, depth):  # a rendezvous method
+        return record(name_of, depth)
+
+    for depth in (1, 2, 3):
+        assert sync(method_name, depth) == sync(torchs, depth)
+    assert sync(method_name, 2) == "sync" and method_name(10_000) == "no_method_name"
+    name_methods_cheaply()
+    assert dynamic_rendezvous.get_method_name is method_name

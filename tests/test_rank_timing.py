@@ -216,3 +216,40 @@ def test_a_pipelines_p2p_sends_carry_their_payload_once() -> None:
         [Step(start=0.0, end=4.0, schedule=schedule).figures()], {"dp": 1, "tp": 1, "pp": 4}
     )
     assert f[COMM_ALGBW.at(dim="pp")] == f[COMM_BUSBW.at(dim="pp")] == pytest.approx(128 / 3 / 1e9)
+
+
+def test_the_timeline_draws_every_span_in_its_rank_row_lane_and_kinds_colour() -> None:
+    """runner/tracking/pictures.py draws a kind's spans of a row as one collection: each span is
+    still a bar at its own time, compute in the row's middle, communication in the band below."""
+    from matplotlib.colors import to_rgba
+
+    from runner.tracking.pictures import COLORS, rank_timeline
+
+    t0 = 100.0
+    rank0 = [
+        [
+            ("forward", t0, t0 + 0.002, "f"),
+            ("all-reduce", t0 + 0.001, t0 + 0.003, ""),
+            ("backward", t0 + 0.002, t0 + 0.005, ""),
+        ],
+        [("forward", t0 + 0.006, t0 + 0.008, ""), ("optimizer", t0 + 0.008, t0 + 0.009, "")],
+    ]
+    rank1 = [[("forward", t0 + 0.0005, t0 + 0.002, "")], [("dp wait", t0 + 0.007, t0 + 0.01, "")]]
+    fig = rank_timeline([rank0, rank1], "two ranks")
+    drawn = set()
+    for collection in fig.axes[0].collections:
+        colour = tuple(collection.get_facecolor()[0])
+        for path in collection.get_paths():
+            (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
+            drawn.add((colour, round(x0, 6), round(x1, 6), round(y0, 3), round(y1, 3)))
+    for row, steps in ((1, rank0), (0, rank1)):  # rank 0 on top
+        for kind, a, b, _ in (span for step in steps for span in step):
+            comm = kind in ("all-reduce", "dp wait")
+            low, high = (row - 0.4, row - 0.2) if comm else (row - 0.15, row + 0.4)
+            bar = (to_rgba(COLORS[kind]), round((a - t0) * 1e3, 6), round((b - t0) * 1e3, 6),
+                   round(low, 3), round(high, 3))  # fmt: skip
+            assert bar in drawn, (kind, row)
+    grey = to_rgba(COLORS["idle"])
+    idle = {(round(x0, 6), round(x1, 6)) for c, x0, x1, _, _ in drawn if c == grey}
+    assert idle == {(0.0, 10.0)}  # behind each row, the whole span of the steps
+    assert len(drawn) == 2 + 7  # each rank's idle, and its every span once

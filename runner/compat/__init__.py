@@ -1,7 +1,7 @@
 """Private upstream APIs the runner patches, each wrapped in one module of this folder that names
 the releases it was checked on and fails in one line where the API is missing (a newer or older
 release may have moved it): lightning.py, pipelining.py, collectives.py, process_group.py,
-ddp_dtensor.py, device_mesh.py, float8.py, hydra_mode.py."""
+ddp_dtensor.py, device_mesh.py, float8.py, hydra_mode.py, rendezvous_events.py."""
 
 from __future__ import annotations
 

@@ -65,6 +65,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
 def register_configs() -> None:
     """Store every schema as `<group>/<name>_schema`, and the root as `config_schema`."""
     cs = ConfigStore.instance()
+    if "config_schema.yaml" in cs.repo:  # stored by an earlier command of this process: the
+        return  # schemas are the code's, the same each time (each store costs 70 ms)
     cs.store(name="config_schema", node=Config)
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():

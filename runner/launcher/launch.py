@@ -81,6 +81,9 @@ def spawn(
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from runner.compat.rendezvous_events import name_methods_cheaply
+
+    name_methods_cheaply()  # seconds of every launch otherwise (compat/rendezvous_events.py)
     run_id = record.run_id if record else None
     config = LaunchConfig(
         min_nodes=1,

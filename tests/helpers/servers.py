@@ -15,6 +15,10 @@ from pathlib import Path
 from runner.launcher.cluster import free_port
 
 SERVER_START_S = 180  # an MLflow server answers after about 25 s here; CI may be slower
+# MLflow 3's server also starts job runners (huey consumers, for its GenAI evaluation jobs) that
+# import MLflow again in three more processes: a twentieth of the whole suite's CPU on 2 cores,
+# beside the other worker's tests. No test runs a job through them.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
 
 
 def wait_healthy(url: str, server: subprocess.Popen) -> None:
@@ -42,6 +46,7 @@ def mlflow_starting(
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlflow", command, *args, "--workers", "1"],
         cwd=cwd,
+        env=os.environ | SERVER_ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # one process group: the server and its workers end together
