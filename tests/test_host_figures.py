@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.metrics import STEP_TIME
-from runner.planner.host_figures import Calibrated, Host, load, save
+from runner.planner.host_figures import HOSTS_ENV, Calibrated, Host, load, save
 from tests.helpers.in_process import Cli
 from tests.helpers.records import all_runs
 
@@ -34,10 +34,20 @@ AS_OVERRIDES = [
 ]
 
 
+@pytest.fixture
+def own_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A hosts folder of the test's own: the planted KEPT figures must not price a later test of
+    this worker's session (the data_scaling study's, which calibrates this very key)."""
+    folder = tmp_path / "hosts"
+    monkeypatch.setenv(HOSTS_ENV, str(folder))
+    return folder
+
+
 def test_a_job_is_priced_by_this_hosts_kept_figures_and_says_so(
-    cli: Cli, tmp_path: Path, seeded: str
+    cli: Cli, tmp_path: Path, seeded: str, own_hosts: Path
 ) -> None:
     host, what = Host.here(1), Calibrated("cpu_core", "decoder", "32-true", split=False)
+    assert what.path(host).is_relative_to(own_hosts)  # not the session's, which studies price by
     save(what.path(host), host, what, KEPT | {"power_w": 1.0})  # not a measured figure: dropped
     assert load(what.path(host))["figures"] == KEPT
     store = f"logger.tracking_uri={seeded}"
@@ -57,7 +67,7 @@ def test_a_job_is_priced_by_this_hosts_kept_figures_and_says_so(
     assert profile.data.tags["priced_by"] == "profile cpu_core"
 
 
-def test_a_split_calibration_serves_a_job_that_does_not_split(tmp_path: Path) -> None:
+def test_a_split_calibration_serves_a_job_that_does_not_split(own_hosts: Path) -> None:
     """mode=calibrate measures DTensor's cost on the model split over 2 ranks too: a data-parallel
     job takes its figures rather than calibrating again."""
     from runner.modes.calibrate.host import ensure
@@ -66,6 +76,7 @@ def test_a_split_calibration_serves_a_job_that_does_not_split(tmp_path: Path) ->
     cfg, choices = compose_job(*PLAN, "hardware.figures=host")
     host = Host.here(1)
     split = Calibrated("cpu_core", "decoder", "32-true", split=True)
+    assert split.path(host).is_relative_to(own_hosts)
     save(split.path(host), host, split, KEPT)
     assert ensure(cfg, choices)["figures"] == KEPT
 
@@ -74,7 +85,7 @@ def test_under_torchrun_a_host_with_no_calibration_is_told_how_to_make_one(
     cli: Cli, tmp_path: Path, seeded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every rank would calibrate at once: one line says how to calibrate first."""
-    monkeypatch.setenv("PARALLEL_RUNNER_HOSTS", str(tmp_path / "none"))
+    monkeypatch.setenv(HOSTS_ENV, str(tmp_path / "none"))
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "test")
     for name, value in {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
