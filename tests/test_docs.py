@@ -569,8 +569,8 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
     """planner.md: mode=calibrate measures this host into conf/hardware/calibrated.yaml where it
     ran (never into the package: the test checks the repository's own conf/ is untouched), a
     complete profile that hardware=calibrated composes there: each precision's matmul peak (a
-    CPU's fp32, bf16 and fp8) with its curve (the best size's share 1, a 32-square product's below
-    it), a large copy's bandwidth, the links' times growing with the message."""
+    CPU's fp32, bf16 and fp8) with its curve (the best size's share 1; fp32's 32-square product
+    far below it), a large copy's bandwidth, the links' times growing with the message."""
     if o.keys.get("mode") != "calibrate":
         return False
     (run,) = o.new
@@ -593,7 +593,12 @@ def check_calibrate(o: Outcome, history: list[Outcome]) -> bool:
     for key, flops in peaks.items():
         assert cfg.hardware.peak_tflops[key] == pytest.approx(flops / 1e12, rel=1e-3)
         shares = dict(map(tuple, cfg.hardware.gemm_efficiency[key]))
-        assert max(shares.values()) == 1.0 and shares[32] < 1.0
+        assert max(shares.values()) == 1.0 and min(shares.values()) > 0
+    # fp32's BLAS on any CPU: a 32-square product is call overhead, far below the peak. Not bf16's:
+    # where the CPU has no bf16 instructions its products peak small (the AVX2 EPYC: 128 best,
+    # 32 at 0.82, 1,024 at 0.31), and beside another process's load 32 came out best once.
+    fp32 = dict(map(tuple, cfg.hardware.gemm_efficiency["fp32"]))
+    assert fp32[32] < 0.5 * max(fp32.values())
     assert 0 < cfg.hardware.compute_efficiency <= 1
     # what the runner's rank held beyond its tensors, as the planner reads it (MiB)
     workspace = measured[CALIBRATE_WORKSPACE.name] / 2**20

@@ -103,3 +103,33 @@ def test_the_host_key_names_the_cpu_its_cores_threads_and_torch() -> None:
     assert one.threads == 1 and one.key != Host(here.cpu, here.cores, 2, here.torch).key
     assert re.fullmatch(r"[a-z0-9.+-]+", one.key) and one.key.endswith(f"torch{one.torch}")
     assert f"-{one.cores}cores-1threads-" in one.key
+
+
+def test_what_ddp_adds_is_read_through_a_burst_of_load_that_lands_on_one_side(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The calibration's DDP cost is the median of paired differences (a plain step, then a DDP
+    step, alternated): a burst of another process's load as long as a quarter of the pairs slows
+    both steps of the pairs it covers alike. Timed one after the other, the same burst covered the
+    plain steps alone and read DDP's cost as 0 (a fresh clone's CI at e1e5392)."""
+    from runner.modes import calibrate
+
+    now = [0.0]
+    burst = (0.0, 0.4)  # the first 0.4 s of the clock: 7 of the 25 pairs, 13 of 25 plain steps
+    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: now[0])
+
+    def taking(seconds: float):
+        def call() -> None:
+            now[0] += seconds + (0.02 if burst[0] <= now[0] < burst[1] else 0.0)
+
+        return call
+
+    plain, ddp = taking(0.010), taking(0.012)  # DDP adds 2 ms
+    pairs = 25  # calibrate.LINK_REPEATS
+    assert calibrate.paired_difference(plain, ddp, pairs) == pytest.approx(0.002)
+    # The same burst over the first of two runs timed one after the other: their medians' difference
+    # is no cost at all
+    now[0] = 0.0
+    first = [calibrate.timed(plain, calibrate.CPU) for _ in range(pairs)]
+    second = [calibrate.timed(ddp, calibrate.CPU) for _ in range(pairs)]
+    assert sorted(first)[pairs // 2] > sorted(second)[pairs // 2]

@@ -99,6 +99,11 @@ def test_the_bubble_is_over_the_pipelines_step_from_the_first_start_to_the_last_
     ranks[0][WINDOWS].append((10.0, 19.0, 3.0))
     ranks[1][WINDOWS].append((10.0, 17.0, 3.0))
     assert pipeline_bubble(ranks) == pytest.approx((1 / 3 + 2 / 3) / 2)
+    # A third, as the first but another process held rank 0's core for 10 s (no work done): the
+    # median step's 2/3 (steps 1/3, 2/3 and 13/19), not their mean (0.56).
+    ranks[0][WINDOWS].append((20.0, 39.0, 6.0))
+    ranks[1][WINDOWS].append((20.0, 37.0, 6.0))
+    assert pipeline_bubble(ranks) == pytest.approx(2 / 3)
     # A rank without its windows (a figure from before them): each rank's own, averaged.
     del ranks[1][WINDOWS]
     assert pipeline_bubble(ranks) == pytest.approx((1 - 6 / 9 + 1 - 6 / 7) / 2)

@@ -70,6 +70,9 @@ REPEATS = 5
 CPU = torch.device("cpu")
 DDP_EXTRA, GRAD_BYTES = "ddp_extra_s", "grad_bytes"  # what the link processes hand back
 LINK_REPEATS = 25  # small messages are noisy: a scheduler hiccup is longer than the message
+# Seconds of DDP's cost measured in pairs of steps, and the fewest pairs whose median a burst of
+# load over a few of them leaves alone (ddp_cost)
+DDP_BUDGET_S, MIN_PAIRS = 4.0, 9
 # Seconds of calls to time one product size with: a slow path (bf16 on a CPU without bf16
 # instructions ran a 1,024-square product at 0.8 GFLOP/s here) would take 15 s of a calibration.
 PRODUCT_BUDGET_S = 1.0
@@ -94,12 +97,6 @@ def best_time(
     if budget_s is not None:
         repeats = max(1, min(repeats, int(budget_s / max(warm_up, 1e-9))))
     return min(timed(fn, device) for _ in range(repeats))
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    """The median of `repeats` timed calls, after a warm-up."""
-    timed(fn, CPU)
-    return statistics.median(timed(fn, CPU) for _ in range(repeats))
 
 
 def timed(fn: Callable[[], Any], device: torch.device) -> float:
@@ -275,11 +272,30 @@ def ddp_cost(cfg: DictConfig) -> tuple[float, list[int]]:
     def step(module: nn.Module) -> Callable[[], None]:
         return lambda: plain_loop.step(module, optimizer, loss_fn, x, y, one.trainer.precision)
 
-    # Medians, not the shortest: gloo's threads wake late now and then, and a step pays for it
-    plain = median_time(step(model), LINK_REPEATS)
-    ddp = median_time(step(DistributedDataParallel(model)), LINK_REPEATS)
+    # The model called bare runs no DDP hook (DDP's reducer expects none outside its forward), so
+    # the two steps can alternate on the same parameters.
+    plain, ddp = step(model), step(DistributedDataParallel(model))
     grads = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
-    return max(0.0, ddp - plain), grads
+    # Both ranks must call DDP's step as often: as many pairs as the slower rank's first pair
+    # fits in the budget (a 15-layer, 1,024-wide model's 60 MB of gradients: 0.45 s a pair here)
+    first = torch.tensor([timed(plain, CPU) + timed(ddp, CPU)], dtype=torch.float64)
+    dist.all_reduce(first, op=dist.ReduceOp.MAX)
+    pairs = max(MIN_PAIRS, min(LINK_REPEATS, int(DDP_BUDGET_S / first.item())))
+    return max(0.0, paired_difference(plain, ddp, pairs)), grads
+
+
+def paired_difference(first: Callable[[], Any], second: Callable[[], Any], pairs: int) -> float:
+    """What `second` takes beyond `first`: the median of their differences over `pairs` calls of
+    each, alternated, after a warm-up of each. A burst of another process's load lands in one or
+    two pairs and the median passes it by; the difference of two medians taken one after the
+    other took it whole (gloo's threads waking late, another test's job beside a calibration:
+    DDP's cost read as 0 once, 2,729 us/MB quiet)."""
+    timed(first, CPU), timed(second, CPU)
+    differences = []
+    for _ in range(pairs):
+        before = timed(first, CPU)
+        differences.append(timed(second, CPU) - before)
+    return statistics.median(differences)
 
 
 def link_times(cfg: DictConfig) -> dict[str, Any]:
