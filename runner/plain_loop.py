@@ -48,3 +48,18 @@ def step(
     loss.backward()
     optimizer.step()
     return loss
+
+
+def random_batch(
+    cfg: DictConfig, model: nn.Module, device: torch.device = CPU
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of the configured shape; the values do not change the time a step takes."""
+    b = cfg.data.batch_size
+    if cfg.data.get("seq_len"):  # token ids in, next token ids out
+        tokens = torch.randint(0, cfg.data.vocab_size, (b, cfg.data.seq_len), device=device)
+        return tokens, tokens
+    x = torch.randn(b, cfg.data.n_features, device=device)
+    out = model(x)
+    if cfg.data.loss == "cross_entropy":
+        return x, torch.randint(0, out.shape[-1], (b,))
+    return x, torch.rand_like(out).detach()

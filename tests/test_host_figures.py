@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -105,8 +106,37 @@ def test_the_host_key_names_the_cpu_its_cores_threads_and_torch() -> None:
     assert f"-{one.cores}cores-1threads-" in one.key
 
 
+class LoadedClock:
+    """time.perf_counter as the test drives it: a call taking `seconds` moves it on, 20 ms more
+    where it starts inside a burst of another process's load."""
+
+    def __init__(self, burst: tuple[float, float]) -> None:
+        self.now, self.burst = 0.0, burst
+
+    def __call__(self) -> float:
+        return self.now
+
+    def taking(self, seconds: float) -> Callable[..., None]:
+        def call(*_: object) -> None:
+            start, end = self.burst
+            self.now += seconds + (0.02 if start <= self.now < end else 0.0)
+
+        return call
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> LoadedClock:
+    """A burst over the clock's first 0.4 s: 7 of 25 pairs of 10 and 12 ms calls, 13 of 25 calls
+    of 10 ms timed one after the other."""
+    import time
+
+    loaded = LoadedClock((0.0, 0.4))
+    monkeypatch.setattr(time, "perf_counter", loaded)
+    return loaded
+
+
 def test_what_ddp_adds_is_read_through_a_burst_of_load_that_lands_on_one_side(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: LoadedClock,
 ) -> None:
     """The calibration's DDP cost is the median of paired differences (a plain step, then a DDP
     step, alternated): a burst of another process's load as long as a quarter of the pairs slows
@@ -114,22 +144,42 @@ def test_what_ddp_adds_is_read_through_a_burst_of_load_that_lands_on_one_side(
     plain steps alone and read DDP's cost as 0 (a fresh clone's CI at e1e5392)."""
     from runner.modes import calibrate
 
-    now = [0.0]
-    burst = (0.0, 0.4)  # the first 0.4 s of the clock: 7 of the 25 pairs, 13 of 25 plain steps
-    monkeypatch.setattr(calibrate.time, "perf_counter", lambda: now[0])
-
-    def taking(seconds: float):
-        def call() -> None:
-            now[0] += seconds + (0.02 if burst[0] <= now[0] < burst[1] else 0.0)
-
-        return call
-
-    plain, ddp = taking(0.010), taking(0.012)  # DDP adds 2 ms
+    plain, ddp = clock.taking(0.010), clock.taking(0.012)  # DDP adds 2 ms
     pairs = 25  # calibrate.LINK_REPEATS
     assert calibrate.paired_difference(plain, ddp, pairs) == pytest.approx(0.002)
-    # The same burst over the first of two runs timed one after the other: their medians' difference
-    # is no cost at all
-    now[0] = 0.0
+    # The same burst over the first of two runs timed one after the other: their medians'
+    # difference is no cost at all
+    clock.now = 0.0
     first = [calibrate.timed(plain, calibrate.CPU) for _ in range(pairs)]
     second = [calibrate.timed(ddp, calibrate.CPU) for _ in range(pairs)]
     assert sorted(first)[pairs // 2] > sorted(second)[pairs // 2]
+
+
+def test_what_the_runner_adds_to_a_plain_step_is_read_step_by_step(
+    clock: LoadedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mode=calibrate follows each of the runner's steps with a plain loop's step on the same
+    model and optimizer (runner/modes/calibrate/paired_step.py): the runner's overhead is the
+    median of their differences, the plain step the median of its own, whatever burst covers a
+    quarter of the steps. Here the runner's step takes 12 ms, the plain one 10."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from runner.modes.calibrate import paired_step
+
+    plain_step = clock.taking(0.010)
+    monkeypatch.setattr(paired_step.plain_loop, "step", plain_step)
+    cfg = OmegaConf.create({"data": {"loss": "mse"}, "trainer": {"precision": "32-true"}})
+    beside = paired_step.PlainStepBeside(cfg, warmup=2, device=torch.device("cpu"))
+    model = torch.nn.Linear(2, 2)
+    module = type("Module", (), {"model": model})()
+    trainer = type("Trainer", (), {"optimizers": [torch.optim.SGD(model.parameters(), lr=0.1)]})()
+    beside.batch = (torch.zeros(1, 2), torch.zeros(1, 2))
+    runner_work = clock.taking(0.012)
+    for _ in range(27):  # 2 warm-up steps, 25 pairs
+        beside.on_train_batch_start(trainer, module)
+        runner_work()
+        beside.on_train_batch_end(trainer, module)
+    assert len(beside.runner) == len(beside.plain) == 25
+    assert beside.overhead_s() == pytest.approx(0.002)
+    assert beside.plain_s() == pytest.approx(0.010)

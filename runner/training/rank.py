@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,7 @@ def build_trainer(
     timing: LoopTiming,
     progress: str | None = None,
     resume: tuple[str, int] | None = None,
+    extra: Sequence[pl.Callback] = (),
 ) -> pl.Trainer:
     t, (folder, start) = cfg.trainer, resume or (None, 0)
     uri = store_uri(cfg.logger.tracking_uri)
@@ -208,6 +209,7 @@ def build_trainer(
                 if cfg.logger.system_metrics
                 else []
             ),
+            *extra,  # after the timing: a caller's own (mode=calibrate's plain step beside)
         ],  # fmt: skip
         log_every_n_steps=1,
         val_check_interval=t.val_every_n_steps,
@@ -264,9 +266,11 @@ def train(
     run_id: str | None = None,
     progress: str | None = None,
     resume: tuple[str, int] | None = None,
+    callbacks: Sequence[pl.Callback] = (),
 ) -> dict[str, float]:
     """Train; on rank 0 with a run, log the summary figures and the timeline picture. The job is
-    resolved here, once, and what the rank builds takes it."""
+    resolved here, once, and what the rank builds takes it. `callbacks`: a caller's own, after the
+    runner's."""
     r = resolved(cfg)
     set_process(cfg)
     preemption.listen()
@@ -285,7 +289,7 @@ def train(
         profile_every=cfg.trainer.profile_every_n_steps,
     )
     set_default_timeout(cfg.dist.timeout_s)
-    trainer = build_trainer(cfg, r, run_id, timing, progress, resume)
+    trainer = build_trainer(cfg, r, run_id, timing, progress, resume, callbacks)
     end_on_sigterm(trainer)
     shard = layouts.data_shard(r.mesh, trainer.global_rank)
     train_loader, val_loader = loaders(splits, cfg, *shard, start=resume[1] if resume else 0)

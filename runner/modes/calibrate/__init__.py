@@ -2,9 +2,10 @@
 
 Measured: matmul FLOP/s at each precision the device has (the best of a few sizes), and the share
 of it square products of each size reach (the planner's GEMM curve, runner/planner/gemm.py); a
-large copy's memory bandwidth; a plain training step of the configured model in a plain PyTorch
-loop at trainer.precision, whose time the planner's matrix products at those speeds take a share
-of (compute_efficiency); what the runner's own step (Lightning, hooks, logging) adds to it. On a
+large copy's memory bandwidth; the runner's own training steps of the configured model at
+trainer.precision, each followed by the same step in a plain PyTorch loop (paired_step.py): the
+plain step's time, which the planner's matrix products at those speeds take a share of
+(compute_efficiency), and what the runner's step (Lightning, hooks, logging) adds to it. On a
 CPU all this runs at the threads each rank gets (hardware.threads_per_rank; all cores if unset);
 there also DTensor's cost per tensor-parallel layer, and gloo's all-reduce and point-to-point time
 between two processes over 127.0.0.1 for messages from 4 kB to 16 MB, fitted as latency + size /
@@ -168,47 +169,18 @@ QUICK = {"max_steps": 12, "warmup_steps": 4, "val_batches": 0, "progress_bar": F
 
 
 def runner_step(cfg: DictConfig) -> dict[str, float]:
-    """The runner's own training (Lightning and all), a few steps, no record: its figures (the
-    mean step time, what the rank held beyond its tensors)."""
+    """The runner's own training (Lightning and all), a few steps, no record, each step followed
+    by the same step in a plain PyTorch loop (paired_step.py): its figures (the mean step time,
+    what the rank held beyond its tensors), what the runner adds to the plain step, the plain
+    step's time."""
+    from runner.modes.calibrate.paired_step import PlainStepBeside  # Lightning: imported late
     from runner.training.rank import train
 
-    return train(OmegaConf.merge(cfg, {"trainer": QUICK}))
-
-
-def random_batch(
-    cfg: DictConfig, model: nn.Module, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of the configured shape; the values do not change the time a step takes."""
-    b = cfg.data.batch_size
-    if cfg.data.get("seq_len"):  # token ids in, next token ids out
-        tokens = torch.randint(0, cfg.data.vocab_size, (b, cfg.data.seq_len), device=device)
-        return tokens, tokens
-    x = torch.randn(b, cfg.data.n_features, device=device)
-    out = model(x)
-    if cfg.data.loss == "cross_entropy":
-        return x, torch.randint(0, out.shape[-1], (b,))
-    return x, torch.rand_like(out).detach()
-
-
-def plain_step_time(cfg: DictConfig) -> float:
-    """The same step in a plain PyTorch loop: forward, loss, backward, the optimizer."""
-    from runner import plain_loop
-
-    device = device_of(cfg)
-    model, optimizer, loss_fn = plain_loop.build(cfg, device)
-    x, y = (t.to(device) for t in random_batch(cfg, model, device))
-
-    def step() -> None:
-        plain_loop.step(model, optimizer, loss_fn, x, y, cfg.trainer.precision)
-
-    for _ in range(QUICK["warmup_steps"]):
-        step()
-    settle(device)
-    start = time.perf_counter()
-    for _ in range(QUICK["max_steps"] - QUICK["warmup_steps"]):
-        step()
-    settle(device)
-    return (time.perf_counter() - start) / (QUICK["max_steps"] - QUICK["warmup_steps"])
+    quick = OmegaConf.merge(cfg, {"trainer": QUICK})
+    beside = PlainStepBeside(quick, QUICK["warmup_steps"], device_of(cfg))
+    figures = train(quick, callbacks=[beside])
+    overhead, plain = CALIBRATE_STEP_OVERHEAD.name, CALIBRATE_PLAIN_STEP.name
+    return figures | {overhead: beside.overhead_s(), plain: beside.plain_s()}
 
 
 def device_of(cfg: DictConfig) -> torch.device:
@@ -267,7 +239,7 @@ def ddp_cost(cfg: DictConfig) -> tuple[float, list[int]]:
 
     one = OmegaConf.merge(cfg, {"data": {"batch_size": 1}})
     model, optimizer, loss_fn = plain_loop.build(one)
-    x, y = random_batch(one, model, CPU)
+    x, y = plain_loop.random_batch(one, model)
 
     def step(module: nn.Module) -> Callable[[], None]:
         return lambda: plain_loop.step(module, optimizer, loss_fn, x, y, one.trainer.precision)
@@ -332,13 +304,12 @@ def measure(cfg: DictConfig, job: Job, keys: tuple[str, ...] | None = None) -> d
     # The runner's step before any other product runs here: its rank measures what the math
     # library keeps (workspace_gib), which products run before it would have made already
     figures = runner_step(cfg)
-    step = figures[STEP_TIME.name]
+    step, plain = figures[STEP_TIME.name], figures[CALIBRATE_PLAIN_STEP.name]
     keys = keys_of(device) if keys is None else keys
     measured = {key: peak_and_curve(matmul_flops(device, key)) for key in keys}
     peaks = {key: peak for key, (peak, _) in measured.items()}
     curves = {key: curve for key, (_, curve) in measured.items()}
     bandwidth = memory_bandwidth(device)
-    plain = plain_step_time(cfg)
     compute = precision_of(job.trainer).compute
     rates = Rates(peaks[compute], curves[compute], bandwidth, Rates.of(job).elem)
     scale = cores / threads if device.type == "cpu" else 1
@@ -351,8 +322,8 @@ def measure(cfg: DictConfig, job: Job, keys: tuple[str, ...] | None = None) -> d
         CALIBRATE_MEMORY_BANDWIDTH.name: bandwidth * scale,
         CALIBRATE_WORKSPACE.name: figures.get(WORKSPACE.name, 0.0) * 2**30,
         CALIBRATE_STEP_TIME.name: step,
-        # what the runner (Lightning, hooks) adds
-        CALIBRATE_STEP_OVERHEAD.name: max(0.0, step - plain),
+        # what the runner (Lightning, hooks) adds, step by step
+        CALIBRATE_STEP_OVERHEAD.name: figures[CALIBRATE_STEP_OVERHEAD.name],
         CALIBRATE_PLAIN_STEP.name: plain,
         CALIBRATE_STEP_FLOPS.name: model_flops_per_step(job) / plain,
         # the share of the plain step its matrix products take, at the speeds measured above

@@ -1,0 +1,75 @@
+"""What the runner's step adds to a plain PyTorch loop's, read step by step: after each of the
+runner's steps in mode=calibrate, the same step in a plain loop (runner/plain_loop.py) on the
+same model and optimizer, with a batch of the same shape. The median of their differences is the
+runner's overhead (hardware.step_overhead_s), the median plain step the time the planner's
+products take a share of (compute_efficiency).
+
+Why pairs: taken as two phases one after the other (the runner's steps, then a plain loop's), a
+burst of another process's load slowed the one and not the other, and the difference of two 0.6 s
+steps read 0.026, 0.25 and 0.30 s beside the suite's other worker where it read 0.0056 s alone.
+A burst over a step slows both of its pair alike. The plain step reuses the runner's model and
+optimizer, so that it holds no tensors of its own: the runner's rank measures what the math
+library keeps between steps (workspace_gib) as before.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+
+from runner import plain_loop
+from runner.losses import LOSSES
+
+
+class PlainStepBeside(pl.Callback):
+    """Times each runner step (from its start to its end, as the timing callback before it in the
+    list does) and then one plain step; keeps the pairs after `warmup` steps."""
+
+    def __init__(self, cfg: DictConfig, warmup: int, device: torch.device) -> None:
+        self.cfg, self.warmup, self.device = cfg, warmup, device
+        self.started = 0.0
+        self.steps = 0
+        self.runner: list[float] = []
+        self.plain: list[float] = []
+        self.batch: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        with torch.no_grad():
+            x, y = plain_loop.random_batch(self.cfg, module.model, self.device)
+        self.batch = x.to(self.device), y.to(self.device)
+
+    def on_train_batch_start(self, *_: Any) -> None:
+        self.settle()
+        self.started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *_: Any) -> None:
+        self.settle()
+        runner = time.perf_counter() - self.started
+        assert self.batch is not None
+        optimizer = trainer.optimizers[0]
+        loss_fn, precision = LOSSES[self.cfg.data.loss], self.cfg.trainer.precision
+        start = time.perf_counter()
+        plain_loop.step(module.model, optimizer, loss_fn, *self.batch, precision)
+        self.settle()
+        plain = time.perf_counter() - start
+        self.steps += 1
+        if self.steps > self.warmup:
+            self.runner.append(runner)
+            self.plain.append(plain)
+
+    def settle(self) -> None:
+        if self.device.type == "cuda":  # a GPU runs work asynchronously: wait before a clock
+            torch.cuda.synchronize(self.device)
+
+    def overhead_s(self) -> float:
+        """The median of (runner step - plain step) over the pairs; 0 where the runner is faster."""
+        pairs = zip(self.runner, self.plain, strict=True)
+        return max(0.0, statistics.median(r - p for r, p in pairs))
+
+    def plain_s(self) -> float:
+        return statistics.median(self.plain)
