@@ -183,3 +183,13 @@ def test_what_the_runner_adds_to_a_plain_step_is_read_step_by_step(
     assert len(beside.runner) == len(beside.plain) == 25
     assert beside.overhead_s() == pytest.approx(0.002)
     assert beside.plain_s() == pytest.approx(0.010)
+    assert not trainer.should_stop  # 25 pairs of 22 ms: inside the budget, all of max_steps run
+    # A model whose pairs fill the budget sooner: the run stops after the fewest pairs that do
+    monkeypatch.setattr(paired_step, "BUDGET_S", 0.05)
+    beside = paired_step.PlainStepBeside(cfg, warmup=2, device=torch.device("cpu"))
+    beside.batch = (torch.zeros(1, 2), torch.zeros(1, 2))
+    while not getattr(trainer, "should_stop", False) or beside.steps < 3:
+        beside.on_train_batch_start(trainer, module)
+        runner_work()
+        beside.on_train_batch_end(trainer, module)
+    assert len(beside.runner) == paired_step.MIN_PAIRS  # 4 pairs: 0.088 s, past 0.05
