@@ -15,14 +15,13 @@ library keeps between steps (workspace_gib) as before.
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 
-from runner import plain_loop
+from runner import clock, plain_loop
 from runner.losses import LOSSES
 
 # Seconds of pairs after the warm-up, and the fewest pairs, before the run may stop short of its
@@ -39,7 +38,7 @@ class PlainStepBeside(pl.Callback):
 
     def __init__(self, cfg: DictConfig, warmup: int, device: torch.device) -> None:
         self.cfg, self.warmup, self.device = cfg, warmup, device
-        self.started = 0.0
+        self.started: clock.Stamp = 0.0
         self.steps = 0
         self.runner: list[float] = []
         self.plain: list[float] = []
@@ -51,31 +50,25 @@ class PlainStepBeside(pl.Callback):
         self.batch = x.to(self.device), y.to(self.device)
 
     def on_train_batch_start(self, *_: Any) -> None:
-        self.settle()
-        self.started = time.perf_counter()
+        self.started = clock.stamp()  # the device's clock, as the timing callback set it
 
     def on_train_batch_end(self, trainer: pl.Trainer, module: pl.LightningModule, *_: Any) -> None:
-        self.settle()
-        runner = time.perf_counter() - self.started
+        ended = clock.stamp()
         self.steps += 1
         if self.steps < self.warmup:
             return
         assert self.batch is not None
         optimizer = trainer.optimizers[0]
         loss_fn, precision = LOSSES[self.cfg.data.loss], self.cfg.trainer.precision
-        start = time.perf_counter()
         plain_loop.step(module.model, optimizer, loss_fn, *self.batch, precision)
-        self.settle()
-        plain = time.perf_counter() - start
+        plain_ended = clock.stamp()
+        clock.settle()
         if self.steps > self.warmup:
-            self.runner.append(runner)
-            self.plain.append(plain)
+            start, end, plain_end = map(clock.seconds, (self.started, ended, plain_ended))
+            self.runner.append(end - start)
+            self.plain.append(plain_end - end)
         spent = sum(self.runner) + sum(self.plain)
         trainer.should_stop = len(self.runner) >= MIN_PAIRS and spent >= BUDGET_S
-
-    def settle(self) -> None:
-        if self.device.type == "cuda":  # a GPU runs work asynchronously: wait before a clock
-            torch.cuda.synchronize(self.device)
 
     def overhead_s(self) -> float:
         """The median of (runner step - plain step) over the pairs; 0 where the runner is faster."""
