@@ -195,3 +195,27 @@ def test_what_the_runner_adds_to_a_plain_step_is_read_step_by_step(
         if trainer.should_stop:
             break
     assert len(beside.runner) == paired_step.MIN_PAIRS  # 4 pairs: 0.088 s, past 0.05
+
+
+def test_a_product_longer_than_its_budget_is_timed_by_its_one_call(clock: LoadedClock) -> None:
+    """A product size whose first call outlasts the calibration's budget a size (bf16 on a CPU
+    without bf16 instructions: 2.3 s a 1,024-square product on the AVX2 EPYC, budget 1 s) is
+    timed by that call alone; one inside the budget gets as many calls as fit, at least one,
+    and the shortest counts."""
+    from runner.modes import calibrate
+
+    calls: list[float] = []
+
+    def product(seconds: float) -> Callable[[], None]:
+        take = clock.taking(seconds)
+        return lambda: (calls.append(seconds), take())[1]
+
+    clock.now = 1.0  # past the fixture's burst
+    assert calibrate.best_time(product(2.3), 5, calibrate.CPU, budget_s=1.0) == pytest.approx(2.3)
+    assert len(calls) == 1
+    calls.clear()
+    assert calibrate.best_time(product(0.3), 5, calibrate.CPU, budget_s=1.0) == pytest.approx(0.3)
+    assert len(calls) == 1 + 3  # the warm-up, then int(1.0 / 0.3) timed calls
+    calls.clear()
+    assert calibrate.best_time(product(0.3), 5, calibrate.CPU) == pytest.approx(0.3)
+    assert len(calls) == 1 + 5  # no budget (the links, timed alike on every rank): every repeat

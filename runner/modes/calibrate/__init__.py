@@ -92,10 +92,15 @@ def best_time(
     budget_s: float | None = None,
 ) -> float:
     """The shortest of `repeats` timed calls, after a warm-up (allocation, thread pool, kernel
-    selection). With a budget, fewer calls where one takes long, at least one: a process's own
-    measurement only, as ranks timing a collective together must all call it alike."""
+    selection). With a budget, fewer calls where one takes long, none past the warm-up where it
+    alone outlasts the budget: a process's own measurement only, as ranks timing a collective
+    together must all call it alike."""
     warm_up = timed(fn, device)
     if budget_s is not None:
+        # A call past the budget is its own measure: what a first call adds (allocation, kernel
+        # selection) is a sliver of it, and a second would double the size's cost
+        if warm_up >= budget_s:
+            return warm_up
         repeats = max(1, min(repeats, int(budget_s / max(warm_up, 1e-9))))
     return min(timed(fn, device) for _ in range(repeats))
 
