@@ -121,3 +121,39 @@ def test_the_runner_caps_the_kernel_caches_unless_the_environment_sets_them() ->
         )
     assert kept > filled / 2
     assert small_filled > 1 << 20 and evicted < small_filled / 8
+
+
+# What fp32 products of new sizes leave in use once done: MKL's memory manager keeps each packing
+# buffer for the next product of its size, unless MKL_DISABLE_FAST_MM was set when torch loaded
+# MKL; importing the runner first sets it (runner/launcher/kernel_cache.py), importing torch first
+# is too late for it. Four sizes, each once.
+PRODUCTS = """
+import json, sys
+if sys.argv[1] == "torch first":
+    import torch
+import runner
+import torch
+from runner.training.callbacks.memory import allocated_bytes
+torch.set_num_threads(2)
+before = allocated_bytes()
+for n in (512, 768, 1024, 1536):
+    a = torch.randn(n, 256) @ torch.randn(256, n)
+    del a
+print(json.dumps(allocated_bytes() - before))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="counts glibc's malloc")
+def test_the_runner_turns_mkls_buffer_pool_off_before_torch_loads_it() -> None:
+    """The probe: the same products with torch loaded before the runner's import, MKL's pool on
+    (where it keeps under a MiB, this torch's fp32 products keep no buffers: no MKL, or MKL's own
+    switch set by the user); with the runner first, under 64 KiB kept."""
+    env = {k: v for k, v in os.environ.items() if k != kernel_cache.NO_BUFFER_POOL}
+    orders = ("torch first", "runner first")
+    runs = [subprocess.Popen([sys.executable, "-c", PRODUCTS, first], stdout=subprocess.PIPE,
+                             text=True, env=env) for first in orders]  # fmt: skip
+    pooled, kept = (json.loads(run.communicate(timeout=120)[0]) for run in runs)
+    assert [run.returncode for run in runs] == [0, 0]
+    if pooled < 1 << 20:
+        pytest.skip(f"this torch's fp32 products keep {pooled} bytes with MKL's pool on")
+    assert kept < 1 << 16, (pooled, kept)

@@ -43,6 +43,10 @@ class Activations:
     fused_attention: bool = False
     stream: int = 4  # bytes per element of the residual stream (fp32 under autocast)
     output: bool = True  # the rank holds the model's output (a pipeline's last stage's rank)
+    embedding: bool = True  # the rank holds the model's input (a pipeline's first stage's rank)
+    # What a dropout keeps for backward, per element: CUDA's fused dropout a bool mask, 1 byte; a
+    # CPU's its noise (at::dropout multiplies by a tensor of the input's dtype): 0 means that.
+    mask_bytes: int = 1
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def activation_bytes(job: Job) -> float:
     if pp == 1:
         return spec.activation_bytes(job.model, held)
     first = replace(held, output=False)
-    last = replace(held, in_flight=in_flight(job, pp - 1))
+    last = replace(held, in_flight=in_flight(job, pp - 1), embedding=False)
     return max(spec.activation_bytes(job.model, first), spec.activation_bytes(job.model, last))
 
 
@@ -103,6 +103,7 @@ def activations_held(job: Job) -> Activations:
         sequence=job.sequence,
         cp=job.mesh.cp,
         fused_attention=fused_attention(job),
+        mask_bytes=0 if job.hardware.accelerator == "cpu" else 1,  # 0: the input's dtype
     )
 
 

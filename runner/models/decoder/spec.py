@@ -160,6 +160,10 @@ class DecoderSpec(ModelSpec):
         ring = held.cp > 1
 
         dropout, math = bool(m.get("dropout", 0)), not held.fused_attention
+        # a dropout's mask element in the formula's 16-bit values (a byte: 1), and the embedding's
+        # (its output is the residual stream's dtype)
+        mask = 2 * (held.mask_bytes or held.elem) / held.elem
+        stream_mask = held.mask_bytes or held.stream
         # Q, K, V and attention's output, a t-th each: the math path saves K and V repeated to
         # every query head under grouped-query attention, a fused kernel and the ring their own
         # (and selective recomputation the projections' outputs, repeated again in backward)
@@ -171,11 +175,14 @@ class DecoderSpec(ModelSpec):
         wide = 4 / held.elem
 
         def per_layer() -> float:
-            scores = 5 * a * s / (h * t) * wide if math else 0
-            if ring:  # bytes of masks for the pairs computed, in the formula's 16-bit values
+            # softmax's output; with dropout its mask and the dropped weights V is multiplied by
+            scores = a * s / (h * t) * (2 + dropout * (mask + 2)) * wide if math else 0
+            if ring:  # bytes of masks for the pairs computed (bool, its own), in 16-bit values
                 pairs = s * (held.cp + 1) / 2  # its own block whole, half of each other's
                 scores = a * pairs / (h * t) * 2 / held.elem if dropout else 0
-            outside = 8 + 2 * dropout  # what lies between the split layers, masks included
+            # what lies between the split layers: the two norms' inputs and outputs, and the FFN
+            # output's dropout mask (Megatron's blocks drop the attention's output too: 2 masks)
+            outside = 8 + mask * dropout
             outside /= t if held.sequence else 1
             inside = qkv / t + self.ffn_units(m, held, s * b)  # the attention's, the FFN's
             return s * b * h * (outside + inside + scores) * held.elem / 2
@@ -187,8 +194,11 @@ class DecoderSpec(ModelSpec):
             kept = stream + narrow / t + self.ffn_saved_units(m, held, s * b) + projection + scores
             return s * b * h * kept * held.elem / 2
 
-        # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them
-        logits = s * b * vocab_rows(m, t, held.vocab_tp) * 4 if held.output else 0
+        # fp32 for the loss, on the last stage; a vocabulary split over the tp ranks splits them;
+        # and the output layer's input, the final norm's output, whole
+        logits = s * b * (vocab_rows(m, t, held.vocab_tp) * 4 + h * held.elem) if held.output else 0
+        # the embedding's dropout mask, on the first stage, each micro-batch in flight
+        logits += held.in_flight * s * b * h * stream_mask if held.embedding and dropout else 0
         # The ring's backward works on one block at a time: its weights, their gradient and two
         # temporaries of the same s/cp x s/cp size, fp32, per sample and head of this rank's
         logits += 4 * b * (a // t) * s * s * 4 if ring else 0
@@ -207,10 +217,13 @@ class DecoderSpec(ModelSpec):
         return 2 * ffn_width(m) / m["d_model"] / held.tp + 2 + tp_sums(held)
 
     def ffn_units(self, m: Cfg, held: Activations, tokens: int) -> float:
-        """What a block's FFN keeps between its split layers, in s*b*h 16-bit values (Korthikanti
-        et al.): its first layer's output and its activation's, ffn_hidden each (4h by default),
-        a t-th on each rank."""
-        return 4 * ffn_width(m) / m["d_model"] / held.tp
+        """What a block's FFN keeps between its split layers, in s*b*h 16-bit values: its ReLU's
+        output, ffn_hidden wide (4h by default), a t-th on each rank, which ReLU's backward reads
+        and the second layer keeps as its input, one tensor. Korthikanti et al. count two (GeLU
+        reads its input, the first layer's output: 4 x 4h); here the first layer's output is freed
+        once ReLU has read it (the default decoder at a batch of 64: 24 such values a block saved
+        for backward, counted by autograd's saved-tensor hooks, where the GeLU count makes 32)."""
+        return 2 * ffn_width(m) / m["d_model"] / held.tp
 
     def stage_gemms(
         self, m: Cfg, data: Cfg, layers: range, last: bool, micro: int, tp: int, vocab_tp: bool,
