@@ -140,12 +140,18 @@ class DecoderSpec(ModelSpec):
         return [len(s) * block / tp + head * (i == last) for i, s in enumerate(stages)]
 
     def activation_bytes(self, m: Cfg, held: Activations) -> float:
-        """Korthikanti et al. (2022): without recomputation s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
-        per layer at 16 bits, plus the fp32 logits; with sequence parallelism the 10 that every
-        tensor-parallel rank held whole (the norms', the residual adds', dropout's) split too:
-        s*b*h*(34/t + 5*a*s/(h*t)). The attention's 5*a*s/(h*t) (its scores, softmax and dropout
-        mask) only where the math attention runs (a CPU with dropout: the suite's default
-        decoder); a fused kernel keeps none. Without dropout, no masks: 2 of the 10 go.
+        """Korthikanti et al. (2022)'s count, for this runner's block: without recomputation
+        s*b*h*(9 + 16/t + 5*a*s/(h*t)) bytes per layer at 16 bits; with sequence parallelism the
+        9 that every tensor-parallel rank held whole (the norms' inputs and outputs, the FFN
+        output's dropout mask) split too: s*b*h*(25/t + 5*a*s/(h*t)). Their 10 + 24/t and 34/t
+        are Megatron's block, whose GeLU keeps two 4h tensors (ffn_units) and which drops the
+        attention's output too. A mask is a byte on a GPU, the input's dtype on a CPU
+        (Activations.mask_bytes). The attention's 5*a*s/(h*t) (softmax's output, dropout's mask
+        and the dropped weights; softmax's 2 alone without dropout) only where the math attention
+        runs (a CPU with dropout: the suite's default decoder); a fused kernel keeps none. Plus,
+        on the last stage, the fp32 logits and the output layer's input; on the first, the
+        embedding's dropout mask. Autograd's saved-tensor hooks count the same bytes
+        (tests/test_activations.py).
         Selective recomputation keeps what the runner's policy saves (runner/models/recompute.py):
         each block's input, the matrix products' outputs (Q, K, V and the FFN's first, a t-th
         each; the output projection's and the FFN's second, whole, and their sums over tp beside
