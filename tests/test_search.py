@@ -106,7 +106,7 @@ def test_the_pareto_front_has_no_layout_faster_and_smaller() -> None:
 # against the fastest layout's of the default grid. Three rows miss the 5 % target (18.4 B
 # +10.9 %, 39.1 B +8.9 %, 1,008 B +5.6 %; docs/planner.md says why); every other is within it.
 EVERY_ROW = 1.15
-WITHIN_5 = {1.7, 3.6, 7.5, 76.1, 145.6, 310.1, 529.6}
+WITHIN_5 = {1.7, 3.6, 7.5, 76.1, 145.6, 529.6, 1008.0}
 
 
 @pytest.mark.slow
