@@ -45,8 +45,8 @@ class Activations:
     output: bool = True  # the rank holds the model's output (a pipeline's last stage's rank)
     embedding: bool = True  # the rank holds the model's input (a pipeline's first stage's rank)
     # What a dropout keeps for backward, per element: CUDA's fused dropout a bool mask, 1 byte; a
-    # CPU's its noise (at::dropout multiplies by a tensor of the input's dtype): 0 means that.
-    mask_bytes: int = 1
+    # CPU's its noise (at::dropout multiplies by a tensor of the input's dtype): None says that.
+    mask_bytes: int | None = 1
 
 
 @dataclass(frozen=True)

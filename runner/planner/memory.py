@@ -103,7 +103,7 @@ def activations_held(job: Job) -> Activations:
         sequence=job.sequence,
         cp=job.mesh.cp,
         fused_attention=fused_attention(job),
-        mask_bytes=0 if job.hardware.accelerator == "cpu" else 1,  # 0: the input's dtype
+        mask_bytes=None if job.hardware.accelerator == "cpu" else 1,  # None: the input's dtype
     )
 
 
